@@ -1,0 +1,51 @@
+"""RFC 3339 timestamps: the one parser and formatter every process uses.
+
+Times travel as RFC 3339 strings on the wire and as float seconds since the
+epoch (UTC) inside the cores, so comparisons never depend on a timezone.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+# Full RFC 3339 date-time: a 'T' (or space/lowercase t), seconds required, an
+# optional fraction, and a mandatory offset ('Z' or +hh:mm). Anything looser is
+# rejected rather than guessed at.
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?"
+    r"([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_rfc3339(text: str) -> float:
+    """Return epoch seconds for an RFC 3339 string; ``ValueError`` on anything else."""
+    if not isinstance(text, str) or len(text) > 40:
+        raise ValueError("not an RFC 3339 time")
+    m = _RFC3339.match(text)
+    if not m:
+        raise ValueError(f"not an RFC 3339 time: {text[:40]!r}")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac = float(m.group(7)) if m.group(7) else 0.0
+    offset = m.group(8)
+    if offset in ("Z", "z"):
+        tz = timezone.utc
+    else:
+        sign = 1 if offset[0] == "+" else -1
+        hh, mm = int(offset[1:3]), int(offset[4:6])
+        if hh > 23 or mm > 59:
+            raise ValueError(f"bad UTC offset: {offset!r}")
+        from datetime import timedelta
+
+        tz = timezone(sign * timedelta(hours=hh, minutes=mm))
+    # Leap second 60 is legal RFC 3339; clamp it to 59 (one second early is the safe side).
+    second = min(second, 59)
+    dt = datetime(year, month, day, hour, minute, second, tzinfo=tz)
+    return dt.timestamp() + frac
+
+
+def format_rfc3339(epoch: float, millis: bool = True) -> str:
+    """UTC RFC 3339 with a 'Z' suffix; milliseconds unless asked not to."""
+    dt = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    if millis:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
