@@ -6,7 +6,7 @@ epoch (UTC) inside the cores, so comparisons never depend on a timezone.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 # Full RFC 3339 date-time: a 'T' (or space/lowercase t), seconds required, an
 # optional fraction, and a mandatory offset ('Z' or +hh:mm). Anything looser is
@@ -28,7 +28,7 @@ def parse_rfc3339(text: str) -> float:
     frac = float(m.group(7)) if m.group(7) else 0.0
     offset = m.group(8)
     if offset in ("Z", "z"):
-        tz = timezone.utc
+        tz = UTC
     else:
         sign = 1 if offset[0] == "+" else -1
         hh, mm = int(offset[1:3]), int(offset[4:6])
@@ -45,7 +45,7 @@ def parse_rfc3339(text: str) -> float:
 
 def format_rfc3339(epoch: float, millis: bool = True) -> str:
     """UTC RFC 3339 with a 'Z' suffix; milliseconds unless asked not to."""
-    dt = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    dt = datetime.fromtimestamp(epoch, tz=UTC)
     if millis:
         return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")

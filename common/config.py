@@ -1,0 +1,242 @@
+"""The agent's configuration: every setting declared once, with its type, default and reason.
+
+The file is TOML, read with the standard library's ``tomllib``. Each setting
+appears exactly once in ``SETTINGS`` below; the documented example file
+(``deploy/sco-agent.toml``) is rendered from this table, so a key can't be
+added in one place and forgotten in another. Unknown keys and wrong types are
+refused at start with a message naming the key: a typo must not silently fall
+back to a default on a production node.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PATH = "/etc/sco-agent/agent.toml"
+ENV_PATH = "SCO_AGENT_CONFIG"
+MAX_CONFIG_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    section: str
+    key: str
+    type: type
+    default: Any
+    comment: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # [node] -- who this agent is
+    Setting("node", "name", str, "", "Node name as the scheduler knows it. Empty: the short host name."),
+    Setting("node", "hall", str, "default", "Hall (site/region) this node belongs to; picks relay subjects and contract scope."),
+    Setting("node", "node_class", str, "default", "Node class; a contract bundle must name it (or '*') to be accepted."),
+    Setting("node", "instance_id", str, "", "Provider instance id. Empty: learned from instance metadata."),
+    Setting("node", "scheduler", str, "kubernetes", "kubernetes | slurm | none: what the executor drains through."),
+    # [paths]
+    Setting("paths", "runtime_dir", str, "/run/sco-agent", "IPC sockets and live notice state (created 0700)."),
+    Setting("paths", "state_dir", str, "/var/lib/sco-agent", "Persistent state: spool file, last-known-good contract, verdicts."),
+    # [relay] -- the per-hall NATS notice stream
+    Setting("relay", "servers", list, ["nats://127.0.0.1:4222"], "NATS server URLs of the hall's notice relay; empty list disables the relay."),
+    Setting("relay", "credentials_file", str, "", "NATS .creds file (JWT + nkey) for production relays."),
+    Setting("relay", "tls_ca", str, "", "CA bundle to verify the relay's TLS certificate."),
+    Setting("relay", "tls_cert", str, "", "Client certificate for mutual TLS."),
+    Setting("relay", "tls_key", str, "", "Client key for mutual TLS."),
+    Setting("relay", "max_payload", int, 8192, "Largest relay payload accepted, bytes (DESIGN section 3: 8 KiB)."),
+    # [metadata] -- the instance metadata poll
+    Setting("metadata", "provider", str, "aws", "aws | gcp | azure | sco | none."),
+    Setting("metadata", "url", str, "http://169.254.169.254", "Base URL of the metadata service."),
+    Setting("metadata", "poll_interval_s", float, 5.0, "Seconds between polls; AWS recommends 5."),
+    Setting("metadata", "timeout_s", float, 2.0, "Per-request timeout; a hung service must not stall the poll loop."),
+    Setting("metadata", "max_body", int, 65536, "Largest metadata body read, bytes; larger bodies are refused unread."),
+    Setting("metadata", "imds_token_ttl_s", int, 21600, "AWS IMDSv2 token lifetime requested (1..21600)."),
+    Setting("metadata", "allow_imdsv1", bool, False, "Fall back to IMDSv1 (no token). Off: IMDSv1 is an SSRF risk."),
+    # [contract]
+    Setting("contract", "launch_path", str, "/etc/sco-agent/contract-launch.json", "Signed contract subset written by cloud-init at launch."),
+    Setting("contract", "trust_dir", str, "/etc/sco-agent/trust", "Directory of trusted Ed25519 public keys (*.pub)."),
+    Setting("contract", "url", str, "", "URL of the full signed bundle; empty disables refresh."),
+    Setting("contract", "refresh_s", float, 60.0, "Seconds between bundle fetches (jittered)."),
+    # [kubernetes]
+    Setting("kubernetes", "api_url", str, "", "API server URL, e.g. https://10.0.0.1:6443."),
+    Setting("kubernetes", "token_file", str, "/var/lib/sco-agent/kube-token", "Bearer token of the agent's node-bound identity."),
+    Setting("kubernetes", "ca_file", str, "", "CA bundle for the API server; empty uses the system store."),
+    Setting("kubernetes", "timeout_s", float, 5.0, "Per-request timeout; past it the API server counts as unreachable."),
+    # [slurm]
+    Setting("slurm", "conf", str, "/etc/slurm/slurm.conf", "SLURM_CONF given to every Slurm command."),
+    Setting("slurm", "command_timeout_s", float, 12.0, "Per-command timeout; slurm's own MessageTimeout is 10 s."),
+    # [agent_socket] -- checkpoint clients
+    Setting("agent_socket", "path", str, "/run/sco-agent/agent.sock", "Unix socket workloads connect to (hostPath for pods)."),
+    Setting("agent_socket", "mode", str, "0660", "File mode of the socket, octal."),
+    Setting("agent_socket", "group", str, "", "Group owning the socket; empty keeps root's."),
+    Setting("agent_socket", "max_clients", int, 1024, "Connections beyond this are refused with an error line."),
+    # [spool]
+    Setting("spool", "size_mb", int, 64, "Size of the preallocated spool file, MiB."),
+    Setting("spool", "vector_url", str, "", "Vector http_server source URL; empty keeps events on disk only."),
+    Setting("spool", "batch_max", int, 500, "Most events in one shipped batch."),
+    # [metrics]
+    Setting("metrics", "textfile", str, "", "Prometheus textfile for node_exporter; empty disables it."),
+    # [executor]
+    Setting("executor", "dry_run", bool, False, "Log every action the executor would take and take none."),
+)
+
+
+class ConfigError(ValueError):
+    """The configuration file is unusable; the message names the key."""
+
+
+class Section:
+    """Read-only attribute access to one section's values."""
+
+    def __init__(self, name: str, values: dict[str, Any]) -> None:
+        self._name = name
+        self.__dict__.update(values)
+
+    def __repr__(self) -> str:
+        items = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        return f"Section({self._name!r}, {items!r})"
+
+
+class Config:
+    """The validated configuration: ``config.relay.servers`` and so on."""
+
+    def __init__(self, values: dict[str, dict[str, Any]], source: str) -> None:
+        self.source = source
+        for name, section in values.items():
+            setattr(self, name, Section(name, section))
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for s in SETTINGS:
+            out.setdefault(s.section, {})[s.key] = getattr(getattr(self, s.section), s.key)
+        return out
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for s in SETTINGS:
+        out.setdefault(s.section, {})[s.key] = list(s.default) if isinstance(s.default, list) else s.default
+    return out
+
+
+def build(raw: dict[str, Any], source: str = "<dict>") -> Config:
+    """Validate a parsed TOML document against SETTINGS and fill in defaults."""
+    known = {(s.section, s.key): s for s in SETTINGS}
+    sections = {s.section for s in SETTINGS}
+    values = defaults()
+    for section, table in raw.items():
+        if section not in sections:
+            raise ConfigError(f"{source}: unknown section [{section}]")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        for key, value in table.items():
+            setting = known.get((section, key))
+            if setting is None:
+                raise ConfigError(f"{source}: unknown key {section}.{key}")
+            values[section][key] = _coerce(setting, value, source)
+    if not values["node"]["name"]:
+        values["node"]["name"] = socket.gethostname().split(".")[0]
+    _check_semantics(values, source)
+    return Config(values, source)
+
+
+def load(path: str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Load the file named by ``path``, else $SCO_AGENT_CONFIG, else the default path.
+
+    A missing default file means "all defaults"; a missing file that was named
+    explicitly is an error. ``overrides`` (tests) are merged over the file.
+    """
+    explicit = path or os.environ.get(ENV_PATH)
+    path = explicit or DEFAULT_PATH
+    raw: dict[str, Any] = {}
+    if os.path.exists(path):
+        refuse_if_world_writable(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
+        try:
+            raw = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    elif explicit:
+        raise ConfigError(f"{path}: no such configuration file")
+    for section, table in (overrides or {}).items():
+        raw.setdefault(section, {}).update(table)
+    return build(raw, path)
+
+
+def refuse_if_world_writable(path: str) -> None:
+    """Anyone able to write the config (or its directory) could redirect the drain: refuse."""
+    for p in (path, os.path.dirname(os.path.abspath(path))):
+        st = os.stat(p)
+        if st.st_mode & stat.S_IWOTH and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+            raise ConfigError(f"{p}: world-writable; refusing to trust it (chmod o-w {p})")
+
+
+def render_toml() -> str:
+    """The documented configuration file: every key, its default and why."""
+    lines = [
+        "# sco-agent configuration. Every key is optional; the value shown is the default.",
+        "# Generated from common/config.py (SETTINGS); edit there, then run",
+        "#   python -m common.config > deploy/sco-agent.toml",
+    ]
+    current = None
+    for s in SETTINGS:
+        if s.section != current:
+            lines += ["", f"[{s.section}]"]
+            current = s.section
+        lines.append(f"# {s.comment}")
+        lines.append(f"{s.key} = {_toml_value(s.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def _coerce(setting: Setting, value: Any, source: str) -> Any:
+    name = f"{setting.section}.{setting.key}"
+    if setting.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if setting.type is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{source}: {name} must be a list of strings")
+        return value
+    if not isinstance(value, setting.type) or (setting.type is int and isinstance(value, bool)):
+        raise ConfigError(f"{source}: {name} must be {setting.type.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _check_semantics(values: dict[str, dict[str, Any]], source: str) -> None:
+    node = values["node"]
+    if node["scheduler"] not in ("kubernetes", "slurm", "none"):
+        raise ConfigError(f"{source}: node.scheduler must be kubernetes, slurm or none")
+    if values["metadata"]["provider"] not in ("aws", "gcp", "azure", "sco", "none"):
+        raise ConfigError(f"{source}: metadata.provider must be aws, gcp, azure, sco or none")
+    if values["metadata"]["poll_interval_s"] <= 0:
+        raise ConfigError(f"{source}: metadata.poll_interval_s must be > 0")
+    if not 1 <= values["metadata"]["imds_token_ttl_s"] <= 21600:
+        raise ConfigError(f"{source}: metadata.imds_token_ttl_s must be within 1..21600")
+    try:
+        int(values["agent_socket"]["mode"], 8)
+    except ValueError:
+        raise ConfigError(f"{source}: agent_socket.mode must be an octal string like '0660'") from None
+    if values["spool"]["size_mb"] < 1:
+        raise ConfigError(f"{source}: spool.size_mb must be >= 1")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+if __name__ == "__main__":
+    print(render_toml(), end="")

@@ -1,0 +1,108 @@
+"""sco-agentctl: the operator's command for a running agent.
+
+Subcommands are dispatched to the package that owns the subject (contract
+commands live with the watcher, spool commands with the spool), imported only
+when used so `sco-agentctl status` stays quick.
+
+  sco-agentctl status                      processes, active notice, drain progress, verdicts
+  sco-agentctl supervisor ARGS...          supervisorctl with the agent's environment
+  sco-agentctl contract keygen|sign|verify|show ...
+  sco-agentctl spool stat|tail|dump ...
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+from typing import Any
+
+import ujson
+
+from common.config import ConfigError, load
+
+DELEGATES = {
+    "contract": "watcher.contract_cli",
+    "spool": "spool.cli",
+    "simulate": "watcher.simulate",
+}
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return ujson.loads(f.read(4 << 20))
+    except (OSError, ValueError):
+        return None
+
+
+def _supervisor_env(config_path: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if config_path:
+        env["SCO_AGENT_CONFIG"] = config_path
+    env.setdefault("SCO_AGENT_CONFIG", "/etc/sco-agent/agent.toml")
+    env.setdefault("SCO_AGENT_RUN_DIR", "/run/sco-agent/supervisor")
+    env.setdefault("SCO_AGENT_LOG_DIR", "/var/log/sco-agent")
+    return env
+
+
+def _supervisord_conf() -> str:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for candidate in (os.path.join(here, "supervisord.conf"),
+                      os.path.join(sys.prefix, "share", "sco-agent", "supervisord.conf")):
+        if os.path.exists(candidate):
+            return candidate
+    return "supervisord.conf"
+
+
+def cmd_supervisor(args: argparse.Namespace, rest: list[str]) -> int:
+    supervisorctl = os.path.join(os.path.dirname(sys.executable), "supervisorctl")
+    return subprocess.call([supervisorctl, "-c", _supervisord_conf(), *rest],
+                           env=_supervisor_env(args.config))
+
+
+def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        config = load(args.config)
+    except ConfigError as e:
+        print(f"sco-agentctl: {e}", file=sys.stderr)
+        return 2
+    rd, sd = config.paths.runtime_dir, config.paths.state_dir
+    supervisorctl = os.path.join(os.path.dirname(sys.executable), "supervisorctl")
+    try:
+        procs = subprocess.run([supervisorctl, "-c", _supervisord_conf(), "status"], capture_output=True, check=False,
+                               text=True, timeout=10, env=_supervisor_env(args.config)).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        procs = f"(supervisord unreachable: {e})"
+    status = {
+        "node": config.node.name,
+        "hall": config.node.hall,
+        "processes": [line for line in procs.splitlines() if line.strip()],
+        "notices": _read_json(os.path.join(rd, "notice.json")),
+        "contract": _read_json(os.path.join(rd, "contract.json")),
+        "drains": _read_json(os.path.join(rd, "executor.json")),
+        "verdicts": (_read_json(os.path.join(sd, "verdicts.json")) or {}).get("verdicts"),
+    }
+    print(ujson.dumps(status, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="sco-agentctl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="agent configuration (default $SCO_AGENT_CONFIG)")
+    parser.add_argument("command", choices=["status", "supervisor", *DELEGATES])
+    args, rest = parser.parse_known_args(argv)
+    if args.command in DELEGATES:
+        module = importlib.import_module(DELEGATES[args.command])
+        if args.config:
+            rest = ["--config", args.config, *rest]
+        return int(module.main(rest) or 0)
+    handler = {"status": cmd_status, "supervisor": cmd_supervisor}[args.command]
+    return handler(args, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

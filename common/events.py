@@ -1,0 +1,114 @@
+"""The event schema (DESIGN section 7): every step the agent takes is one event.
+
+``make_event`` is pure (the clock and ids are passed in or drawn here once);
+``Outbox`` is the sending side every process uses to get events into the
+spool durably: it keeps each event until the spool acknowledges that the
+event was written and synced, and resends what was not acknowledged, so a
+spool SIGKILLed mid-stream loses nothing.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+EVENT_TYPES = frozenset({
+    "agent.started", "agent.process_exited", "agent.config_error",
+    "notice.received", "notice.duplicate", "notice.rejected", "notice.ignored", "notice.withdrawn",
+    "metadata.error", "relay.error", "relay.connected", "relay.disconnected",
+    "contract.accepted", "contract.rejected", "contract.builtin",
+    "drain.started", "drain.cordoned", "drain.uncordoned", "drain.clients_told",
+    "drain.checkpoint_acked", "drain.evicted", "drain.eviction_blocked", "drain.deleted",
+    "drain.requeued", "drain.signalled", "drain.fallback", "drain.reconciled", "drain.error",
+    "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
+    "verifier.clock_started",
+    "ipc.rejected", "socket.rejected",
+    "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected",
+})
+
+
+def make_event(
+    type: str, *, node: str, hall: str, source: str, seq: int,
+    notice_id: str = "", data: dict[str, Any] | None = None, now: float | None = None,
+    event_id: str | None = None,
+) -> dict[str, Any]:
+    """Build one event record. Unknown types are a programming error, caught in tests."""
+    if type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {type!r}")
+    ts = time.time() if now is None else now
+    return {
+        "event_id": event_id or str(uuid.uuid4()),
+        "seq": seq,
+        "ts": _rfc3339_ms(ts),
+        "node": node,
+        "hall": hall,
+        "source": source,
+        "type": type,
+        "notice_id": notice_id,
+        "data": data or {},
+    }
+
+
+def _rfc3339_ms(epoch: float) -> str:
+    # Inlined rather than via datetime: this runs for every event in every process.
+    t = time.gmtime(epoch)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(epoch * 1000) % 1000:03d}Z"
+
+
+class Outbox:
+    """Events waiting for the spool's durable acknowledgement.
+
+    Pure bookkeeping (no sockets): ``add`` returns the event to send, ``acked``
+    forgets events, ``due(now)`` lists those to send again. The process's loop
+    owns the DEALER socket. Memory is bounded: past ``limit`` the oldest
+    pending events are dropped and counted (``dropped``), and the count is
+    reported in the next event so the loss is never silent.
+    """
+
+    def __init__(self, source: str, node: str, hall: str, limit: int = 10000,
+                 resend_after_s: float = 2.0) -> None:
+        self.source = source
+        self.node = node
+        self.hall = hall
+        self.limit = limit
+        self.resend_after_s = resend_after_s
+        self.seq = 0
+        # A per-start stamp keeps seq unique across restarts of this process.
+        self.instance = f"{source}-{os.getpid()}-{int(time.time())}"
+        self.pending: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self.dropped = 0
+
+    def add(self, type: str, notice_id: str = "", data: dict[str, Any] | None = None,
+            now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        self.seq += 1
+        data = dict(data or {})
+        if self.dropped:
+            data["outbox_dropped"] = self.dropped
+        ev = make_event(type, node=self.node, hall=self.hall, source=self.instance, seq=self.seq,
+                        notice_id=notice_id, data=data, now=now)
+        self.pending[ev["event_id"]] = (now, ev)
+        while len(self.pending) > self.limit:
+            self.pending.popitem(last=False)
+            self.dropped += 1
+        return ev
+
+    def acked(self, event_ids: list[str]) -> int:
+        n = 0
+        for eid in event_ids:
+            if self.pending.pop(eid, None) is not None:
+                n += 1
+        return n
+
+    def due(self, now: float) -> list[dict[str, Any]]:
+        """Events unacknowledged for longer than resend_after_s, oldest first; their clock restarts."""
+        out = []
+        for (sent, ev) in self.pending.values():
+            if now - sent >= self.resend_after_s:
+                out.append(ev)
+        for ev in out:
+            self.pending[ev["event_id"]] = (now, ev)
+            self.pending.move_to_end(ev["event_id"])
+        return out

@@ -1,0 +1,212 @@
+"""sco-executor: carries out the drain for every active notice.
+
+It listens to the watcher's level-triggered notice state, so a notice that
+arrived while the executor was down is acted on as soon as it is back; every
+step is idempotent and checked against the cluster's real state, and the
+steps already done are kept in a small state file so nothing is announced
+twice. Progress is published for the verifier on ``executor.pub``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import ujson
+import zmq
+
+from common import ipc
+from common.config import Config
+from common.fsutil import write_atomic
+from common.log import Logger
+from common.notice import Notice, notice_from_dict
+from common.runtime import SpoolLink, StopFlag, start
+from executor import kube_drain
+from executor.kube import KubeApi, KubeError, NotOwnNode, Unreachable
+
+STATE_FILE = "executor.json"
+PUBLISH_EVERY_S = 1.0
+RETRY_AFTER_S = 1.0
+DEFAULT_TAINT_KEY = "sco.io/notice"
+# What each notice kind asks of the node until a contract says otherwise.
+DEFAULT_KIND_POLICY = {"reclaim": "drain", "maintenance": "drain", "rebalance": "cordon"}
+
+
+class Executor:
+    def __init__(self, config: Config, log: Logger, ctx: zmq.Context) -> None:
+        self.config = config
+        self.log = log
+        rd = config.paths.runtime_dir
+        self.sub = ipc.subscriber(ctx, rd, ipc.WATCHER_PUB, ipc.T_NOTICE, ipc.T_CONTRACT)
+        self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.EXECUTOR_PUB)
+        self.spool = SpoolLink(ctx, config, "executor", log)
+        self.state_path = os.path.join(rd, STATE_FILE)
+        self.progress: dict[str, dict[str, Any]] = self._load()
+        self.active: dict[str, Notice] = {}
+        self.withdrawn: set[str] = set()
+        self.contract: dict[str, Any] = {}
+        self.retry_at: dict[str, float] = {}
+        self.bad_messages = 0
+        self.api = self._kube_api() if config.node.scheduler == "kubernetes" else None
+
+    def _kube_api(self) -> KubeApi | None:
+        k = self.config.kubernetes
+        if not k.api_url:
+            self.log.error("kubernetes.unconfigured", detail="kubernetes.api_url is empty")
+            return None
+        token = ""
+        if k.token_file and os.path.exists(k.token_file):
+            with open(k.token_file, encoding="utf-8") as f:
+                token = f.read(65536).strip()
+        return KubeApi(k.api_url, self.config.node.name, token, k.ca_file, k.timeout_s)
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            with open(self.state_path, "rb") as f:
+                doc = ujson.loads(f.read(4 << 20))
+            return doc if isinstance(doc, dict) else {}
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError) as e:
+            self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
+            return {}
+
+    def _save(self) -> None:
+        try:
+            write_atomic(self.state_path, ujson.dumps(self.progress).encode())
+        except OSError as e:
+            self.log.error("state.write_failed", error=str(e))
+
+    # -- inputs -------------------------------------------------------------------
+    def on_sub_readable(self) -> None:
+        while True:
+            try:
+                frames = self.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                topic, body = ipc.decode(frames)
+                if topic == ipc.T_NOTICE:
+                    self._on_notice_state(body)
+                elif topic == ipc.T_CONTRACT:
+                    self.contract = body
+            except (ipc.BadMessage, ValueError, TypeError) as e:
+                self.bad_messages += 1
+                self.log.warning("ipc.rejected", socket=ipc.WATCHER_PUB, error=str(e)[:300])
+
+    def _on_notice_state(self, body: dict[str, Any]) -> None:
+        active = {}
+        for d in body.get("active") or []:
+            n = notice_from_dict(d)
+            if n.node in (self.config.node.name, "*"):
+                active[n.id] = n
+        self.active = active
+        self.withdrawn = {str(i) for i in body.get("withdrawn") or []}
+
+    # -- the work -------------------------------------------------------------------
+    def work(self, now: float) -> None:
+        for n in list(self.active.values()):
+            self._drain_step(n, now)
+        for nid in self.withdrawn:
+            rec = self.progress.get(nid)
+            if rec and rec.get("state") != "withdrawn":
+                self._undo(nid, rec, now)
+
+    def _policy(self, kind: str) -> str:
+        policy = self.contract.get("kind_policy") or DEFAULT_KIND_POLICY
+        return str(policy.get(kind, "drain"))
+
+    def _drain_step(self, n: Notice, now: float) -> None:
+        rec = self.progress.get(n.id)
+        if rec is None:
+            rec = self.progress[n.id] = {"kind": n.kind, "state": "running", "steps": {},
+                                         "received_at": n.received_at, "remaining": None}
+            self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
+            self._save()
+        if rec["state"] != "running" or now < self.retry_at.get(n.id, 0.0):
+            return
+        if self.api is None:
+            return
+        steps = rec["steps"]
+        taint_key = str(self.contract.get("taint_key") or DEFAULT_TAINT_KEY)
+        try:
+            if "cordoned" not in steps:
+                if self.config.executor.dry_run:
+                    self.log.info("drain.dry_run", notice_id=n.id, action="cordon+taint")
+                else:
+                    kube_drain.cordon(self.api, taint_key, n.kind, n.id, n.to_dict()["deadline"])
+                self._step(n, rec, "cordoned", "drain.cordoned", {"taint_key": taint_key})
+            if self._policy(n.kind) != "drain":
+                rec["state"] = "cordoned_only"
+                self._save()
+                return
+            remaining = kube_drain.remaining_pods(self.api)
+            rec["remaining"] = remaining
+            if not remaining and "node_empty" not in steps:
+                self._step(n, rec, "node_empty", "drain.node_empty", {})
+                rec["state"] = "done"
+                self._save()
+        except (Unreachable, KubeError, NotOwnNode) as e:
+            self.retry_at[n.id] = now + RETRY_AFTER_S
+            self.log.warning("drain.error", notice_id=n.id, error=str(e)[:300])
+
+    def _step(self, n: Notice, rec: dict[str, Any], step: str, event: str, data: dict[str, Any]) -> None:
+        now = time.time()
+        rec["steps"][step] = now
+        self._save()
+        data = dict(data, since_received_ms=round((now - n.received_at) * 1000))
+        self.log.info(event, notice_id=n.id, **data)
+        self.spool.emit(event, n.id, data, now)
+        self.publish()
+
+    def _undo(self, nid: str, rec: dict[str, Any], now: float) -> None:
+        if self.api is None or now < self.retry_at.get(nid, 0.0):
+            return
+        taint_key = str(self.contract.get("taint_key") or DEFAULT_TAINT_KEY)
+        try:
+            if "cordoned" in rec["steps"] and not self.config.executor.dry_run:
+                kube_drain.uncordon(self.api, taint_key, nid)
+        except (Unreachable, KubeError) as e:
+            self.retry_at[nid] = now + RETRY_AFTER_S
+            self.log.warning("drain.error", notice_id=nid, error=str(e)[:300])
+            return
+        rec["state"] = "withdrawn"
+        rec["steps"]["uncordoned"] = now
+        self._save()
+        self.log.info("drain.uncordoned", notice_id=nid)
+        self.spool.emit("drain.uncordoned", nid, {}, now)
+
+    def publish(self) -> None:
+        ipc.send(self.pub, ipc.T_PROGRESS, {"notices": self.progress})
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, log = start("executor", argv)
+    stop = StopFlag()
+    ctx = zmq.Context()
+    ex = Executor(config, log, ctx)
+    poller = zmq.Poller()
+    poller.register(ex.sub, zmq.POLLIN)
+    poller.register(ex.spool.sock, zmq.POLLIN)
+    last_publish = 0.0
+    while not stop.stopping:
+        events = dict(poller.poll(250))
+        if ex.sub in events:
+            ex.on_sub_readable()
+        if ex.spool.sock in events:
+            ex.spool.on_readable()
+        now = time.time()
+        ex.work(now)
+        ex.spool.tick(now)
+        if now - last_publish >= PUBLISH_EVERY_S:
+            ex.publish()
+            last_publish = now
+    ex.spool.flush(1.0)
+    ctx.destroy(linger=0)
+    log.info("process.stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Pure decisions about the Node object: what patch cordons and taints it, and what undoes it.
+
+Taints are replaced whole by the server (NodeSpec.Taints has no patch
+strategy), so a patch carries the complete list -- everybody else's taints
+plus ours -- and the node's resourceVersion, so a concurrent change makes the
+server answer 409 instead of losing somebody's taint. Annotations record what
+the agent itself did, so a withdrawn notice undoes only that, never an
+operator's cordon.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+ANNOTATION_PREFIX = "sco.io/"
+A_NOTICE = ANNOTATION_PREFIX + "notice-id"
+A_DEADLINE = ANNOTATION_PREFIX + "notice-deadline"
+A_CORDONED_BY_AGENT = ANNOTATION_PREFIX + "cordoned-by-agent"
+
+
+def _taints(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def _annotations(node: dict[str, Any]) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get("annotations") or {})
+
+
+def is_cordoned(node: dict[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def has_taint(node: dict[str, Any], key: str) -> bool:
+    return any(t.get("key") == key for t in _taints(node))
+
+
+def cordon_patch(node: dict[str, Any], taint_key: str, taint_value: str, notice_id: str,
+                 deadline: str) -> dict[str, Any] | None:
+    """The patch that cordons and taints the node for this notice; None if it already is."""
+    own = {"key": taint_key, "value": taint_value, "effect": "NoSchedule"}
+    taints = _taints(node)
+    annotations = _annotations(node)
+    already = (
+        is_cordoned(node)
+        and any(t.get("key") == taint_key and t.get("value") == taint_value
+                and t.get("effect") == "NoSchedule" for t in taints)
+        and annotations.get(A_NOTICE) == notice_id
+        and annotations.get(A_DEADLINE) == deadline
+    )
+    if already:
+        return None
+    new_annotations = {A_NOTICE: notice_id, A_DEADLINE: deadline}
+    if not is_cordoned(node):
+        new_annotations[A_CORDONED_BY_AGENT] = "true"
+    others = [t for t in taints if t.get("key") != taint_key]
+    return {
+        "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", ""),
+                     "annotations": new_annotations},
+        "spec": {"unschedulable": True, "taints": others + [own]},
+    }
+
+
+def withdraw_patch(node: dict[str, Any], taint_key: str, notice_id: str) -> dict[str, Any] | None:
+    """Undo what the agent did for ``notice_id``: its taint always, the cordon only if it was ours."""
+    annotations = _annotations(node)
+    if annotations.get(A_NOTICE) not in (None, notice_id):
+        return None   # the node now carries another notice; leave it alone
+    ours = annotations.get(A_CORDONED_BY_AGENT) == "true"
+    if not has_taint(node, taint_key) and not ours and A_NOTICE not in annotations:
+        return None
+    patch: dict[str, Any] = {
+        "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", ""),
+                     "annotations": {A_NOTICE: None, A_DEADLINE: None, A_CORDONED_BY_AGENT: None}},
+        "spec": {"taints": [t for t in _taints(node) if t.get("key") != taint_key]},
+    }
+    if ours:
+        patch["spec"]["unschedulable"] = False
+    return patch
