@@ -94,7 +94,7 @@ def subscriber(ctx: zmq.Context, runtime_dir: str, name: str, *topics: bytes) ->
 
 
 def encode(topic: bytes, body: dict[str, Any]) -> list[bytes]:
-    return [topic, ujson.dumps(body, ensure_ascii=False).encode("utf-8")]
+    return [topic, ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode("utf-8")]
 
 
 def decode(frames: list[bytes]) -> tuple[bytes, dict[str, Any]]:

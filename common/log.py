@@ -29,7 +29,7 @@ class Logger:
         record = {"ts": round(time.time(), 3), "level": level, "proc": self.process, "msg": msg}
         record.update(fields)
         try:
-            line = ujson.dumps(record, ensure_ascii=False, reject_bytes=False)
+            line = ujson.dumps(record, ensure_ascii=False, escape_forward_slashes=False, reject_bytes=False)
         except (TypeError, OverflowError, ValueError):
             line = ujson.dumps({**{k: v for k, v in record.items() if k in ("ts", "level", "proc", "msg")},
                                 "fields_repr": repr(fields)[:2000]})
