@@ -224,6 +224,13 @@ class NoticeListener:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the listener thread to end; True if it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
     def run(self) -> None:
         """Serve until stop(), or until the first disconnect when ``reconnect`` is False."""
         attempt = 0
