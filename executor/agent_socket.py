@@ -31,7 +31,7 @@ import stat
 import struct
 import time
 
-from executor.socket_protocol import Ack, AgentProtocol, Close, Peer, Send
+from executor.socket_protocol import Ack, AgentProtocol, ClientInfo, Close, Peer, Send
 
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
@@ -181,6 +181,10 @@ class AgentSocketServer:
         """The acks received since the last call, oldest first."""
         acks, self._acks = self._acks, []
         return acks
+
+    def clients(self) -> list[ClientInfo]:
+        """Registered clients and their answer to the active notice (None: not answered yet)."""
+        return self._core.clients()
 
     def stats(self) -> dict[str, int]:
         """Protocol counters and gauges merged with the adapter's own (dropped acks, accept errors)."""

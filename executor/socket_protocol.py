@@ -86,6 +86,19 @@ class Ack:
     replay: bool  # the client acked this notice before, to an earlier agent instance
 
 
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """A registered client as the executor sees it: who, and where it stands on the active notice."""
+
+    client: int
+    name: str
+    pid: int
+    uid: int
+    gid: int
+    notice_id: str | None  # the active notice, once sent to this client
+    acked: str | None  # its recorded answer to notice_id, None while it has not answered
+
+
 Action = Send | Close | Ack
 
 
@@ -283,6 +296,11 @@ class AgentProtocol:
                 c.sent_id, c.acked = None, None
                 actions.append(Send(conn, line))
         return actions
+
+    def clients(self) -> list[ClientInfo]:
+        """Registered clients, oldest first; e.g. "has everyone answered?" for the drain."""
+        return [ClientInfo(c.client, c.name, c.peer.pid, c.peer.uid, c.peer.gid, c.sent_id, c.acked)
+                for c in self._conns.values() if c.client is not None]
 
     def stats(self) -> dict[str, int]:
         """Counters (accepted, error.<code>, closed.<reason>, ...) plus the open/registered gauges."""

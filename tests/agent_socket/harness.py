@@ -52,13 +52,15 @@ class ServerThread:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._running = True
+        # Made here, not in the thread: everything the loop needs exists before start() returns.
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.server.fileno(), selectors.EVENT_READ, "server")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._thread = threading.Thread(target=self._loop, name="agent-socket-server", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.server.fileno(), selectors.EVENT_READ, "server")
-        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        sel = self._sel
         try:
             while self._running:
                 deadline = self.server.next_deadline()

@@ -11,6 +11,7 @@ from executor.socket_protocol import (
     MAX_LINE,
     Ack,
     AgentProtocol,
+    ClientInfo,
     Close,
     Peer,
     Send,
@@ -256,3 +257,17 @@ def test_announce_rejects_a_malformed_notice():
         p.announce({"id": "n1", "kind": "reclaim", "deadline": "soon", "checkpoint_by": "soon"}, 0.0)
     with pytest.raises(ValueError):
         p.announce({**make_notice("n1"), "id": ""}, 0.0)
+
+
+def test_clients_show_who_has_answered_the_active_notice():
+    """What the drain needs to finish the checkpoint phase early: every registered client answered."""
+    p = AgentProtocol()
+    register(p, 1, name="a")
+    register(p, 2, name="b", peer=Peer(pid=200, uid=0, gid=0))
+    p.connect(3, PEER, 0.0)  # unregistered: not a client
+    p.announce(make_notice("n1"), 0.0)
+    p.receive(1, b'{"op":"ack","id":"n1","status":"checkpointed"}\n', 1.0)
+    assert p.clients() == [ClientInfo(1, "a", 100, 1000, 1000, "n1", "checkpointed"),
+                           ClientInfo(2, "b", 200, 0, 0, "n1", None)]
+    p.withdraw("n1")
+    assert [(c.notice_id, c.acked) for c in p.clients()] == [(None, None), (None, None)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import stat
 import time
@@ -198,3 +199,24 @@ def test_idle_server_has_no_timer(serve):
     st = serve()
     registered(st.path)
     assert st.call(lambda s: s.next_deadline()) is None
+
+
+def test_running_out_of_fds_pauses_accepting_instead_of_spinning(serve):
+    """EMFILE leaves the connection queued and the listener readable: the server must back off,
+    then accept the queued clients once fds are available again."""
+    st = serve()
+    socks = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(5)]  # fds made up front
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no new fd can be made
+    try:
+        for s in socks:
+            s.connect(st.path)  # queued in the backlog; accept() fails with EMFILE
+        wait_until(lambda: st.stats().get("accept_paused"), what="accepting to pause")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    wait_until(lambda: st.stats()["open"] == 5, what="the queued clients to be accepted")
+    assert st.stats()["accept_paused"] <= 3  # paused about once a second, not thousands of retries
+    for s in socks:
+        s.close()
