@@ -1,0 +1,407 @@
+"""Agent socket protocol: the sans-I/O core behind the checkpoint socket.
+
+Workloads on the node connect to a Unix stream socket and speak
+newline-delimited JSON (docs/agent-socket.md is the contract). This module
+holds every decision of that conversation and none of its I/O: the adapter
+(executor/agent_socket.py) feeds it bytes, peer credentials and the clock,
+and carries out the actions it returns -- send these bytes to connection X,
+close connection X, an ack arrived. Tests drive it with plain bytes.
+
+Identity comes from the kernel, never from the message: the pid, uid and gid
+of a registration are the socket's SO_PEERCRED values. A claimed pid that
+differs is not an error (a pod sees its own pid namespace, so its claim
+rarely matches the host's view); it is echoed back as ``claimed_pid`` and
+counted. An ack can only ever acknowledge the notice that this connection
+was sent, so no client can speak for another.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from common.timefmt import parse_rfc3339
+
+PROTOCOL_VERSION = 1
+MAX_LINE = 64 * 1024  # bytes per line, newline excluded
+MAX_NAME = 256
+MAX_DETAIL = 1024
+MAX_NOTICE_ID = 256
+MAX_ERRORS = 16  # error replies on one connection before it is closed
+ACK_STATUSES = ("checkpointed", "failed")
+
+# The fixed error-code table: code -> does the agent close the connection after it?
+ERROR_CODES: dict[str, bool] = {
+    "bad_json": False,  # line is not UTF-8 JSON
+    "bad_message": False,  # JSON, but not an object of the expected shape
+    "unknown_op": False,
+    "not_registered": False,  # ack before register
+    "already_registered": False,
+    "unknown_notice": False,  # ack for a notice this connection was not sent, or no longer active
+    "line_too_long": True,
+    "too_many_errors": True,
+    "too_many_clients": True,
+    "register_timeout": True,  # connected but did not register in time
+    "line_timeout": True,  # a line started but did not end in time (slowloris)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """SO_PEERCRED of a connection; pid 0 means the kernel could not map it to our pid namespace."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Queue ``data`` (whole lines) on connection ``conn``."""
+
+    conn: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Flush what can be flushed, then close ``conn``; the core has already forgotten it."""
+
+    conn: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A client's answer to the active notice, attributed by peer credentials."""
+
+    client: int
+    name: str
+    pid: int
+    uid: int
+    gid: int
+    notice_id: str
+    status: str
+    latency_s: float  # from the notice being queued to this client until its ack arrived
+    detail: str
+    replay: bool  # the client acked this notice before, to an earlier agent instance
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """A registered client as the executor sees it: who, and where it stands on the active notice."""
+
+    client: int
+    name: str
+    pid: int
+    uid: int
+    gid: int
+    notice_id: str | None  # the active notice, once sent to this client
+    acked: str | None  # its recorded answer to notice_id, None while it has not answered
+
+
+Action = Send | Close | Ack
+
+
+@dataclass(slots=True)
+class _Conn:
+    peer: Peer
+    opened_at: float
+    buf: bytearray
+    line_since: float | None = None  # when the unfinished line in buf started
+    client: int | None = None  # set by register
+    name: str = ""
+    errors: int = 0
+    sent_id: str | None = None  # the active notice, once queued to this connection
+    sent_at: float = 0.0
+    acked: str | None = None  # status of this connection's ack of sent_id
+
+
+class _Reject(Exception):
+    """An error reply for the current line (internal control flow of the handlers)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def encode(msg: dict) -> bytes:
+    """One wire line: compact, ASCII-only JSON plus a newline."""
+    return json.dumps(msg, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def error_line(code: str, message: str) -> bytes:
+    """An error reply; ``code`` must be one of ERROR_CODES."""
+    if code not in ERROR_CODES:
+        raise KeyError(code)
+    return encode({"op": "error", "code": code, "message": message})
+
+
+def decode_line(line: bytes) -> dict:
+    """Parse one line into a message object; ``_Reject`` when it is not one."""
+    try:
+        # Decode explicitly: json.loads(bytes) would also guess UTF-16/32, which the contract excludes.
+        msg = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; deep nesting recurses
+        raise _Reject("bad_json", "line is not valid UTF-8 JSON") from None
+    if not isinstance(msg, dict):
+        raise _Reject("bad_message", "a message must be a JSON object")
+    if not isinstance(msg.get("op"), str):
+        raise _Reject("bad_message", "a message needs a string 'op'")
+    return msg
+
+
+def _is_text(value: object, limit: int) -> bool:
+    """A string short enough that also survives UTF-8 encoding (JSON allows lone surrogates)."""
+    if not isinstance(value, str) or len(value) > limit:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def validate_notice(notice: dict) -> dict:
+    """The four notice fields clients see; ValueError if the executor passed something malformed."""
+    nid, kind = notice.get("id"), notice.get("kind")
+    if not isinstance(nid, str) or not 1 <= len(nid) <= MAX_NOTICE_ID:
+        raise ValueError(f"notice id must be a string of 1..{MAX_NOTICE_ID} characters")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError("notice kind must be a non-empty string")
+    for key in ("deadline", "checkpoint_by"):
+        parse_rfc3339(notice.get(key))  # raises ValueError with the reason
+    return {"id": nid, "kind": kind, "deadline": notice["deadline"],
+            "checkpoint_by": notice["checkpoint_by"]}
+
+
+class AgentProtocol:
+    """All connection state of the agent socket; every method returns the actions to carry out."""
+
+    def __init__(self, *, max_clients: int = 1024, register_timeout_s: float = 30.0,
+                 line_timeout_s: float = 10.0) -> None:
+        if max_clients < 1 or register_timeout_s <= 0 or line_timeout_s <= 0:
+            raise ValueError("max_clients and both timeouts must be positive")
+        self.max_clients = max_clients
+        self.register_timeout_s = register_timeout_s
+        self.line_timeout_s = line_timeout_s
+        self._conns: dict[int, _Conn] = {}
+        self._timed: set[int] = set()  # connections with a running timer (unregistered or mid-line)
+        self._next_client = 0
+        self._notice: dict | None = None
+        self._notice_line = b""
+        self._counts: dict[str, int] = {}
+        self._handlers = {"register": self._on_register, "ack": self._on_ack, "ping": self._on_ping}
+
+    # -- connection lifecycle -------------------------------------------------
+
+    def connect(self, conn: int, peer: Peer, now: float) -> list[Action]:
+        """A new connection; beyond max_clients it is told so and closed."""
+        self._count("accepted")
+        if len(self._conns) >= self.max_clients:
+            return self._fail(conn, "too_many_clients", f"the agent serves at most {self.max_clients} connections")
+        self._conns[conn] = _Conn(peer=peer, opened_at=now, buf=bytearray())
+        self._timed.add(conn)
+        return []
+
+    def disconnect(self, conn: int, reason: str) -> None:
+        """The adapter lost the connection (peer closed, reset, slow reader); idempotent."""
+        if self._conns.pop(conn, None) is not None:
+            self._timed.discard(conn)
+            self._count(f"closed.{reason}")
+
+    def receive(self, conn: int, data: bytes, now: float) -> list[Action]:
+        """Bytes read from ``conn``: frame them into lines and handle each complete one."""
+        c = self._conns.get(conn)
+        if c is None:
+            return []
+        buf = c.buf
+        fresh = len(buf)  # only new bytes can hold a newline: a byte-at-a-time sender costs O(n), not O(n^2)
+        buf += data
+        actions: list[Action] = []
+        start = 0
+        while conn in self._conns:
+            end = buf.find(b"\n", max(start, fresh))
+            if end < 0:
+                break
+            if end - start > MAX_LINE:
+                return actions + self._fail(conn, "line_too_long", f"a line may hold at most {MAX_LINE} bytes")
+            actions += self._handle_line(conn, c, bytes(buf[start:end]), now)
+            start = end + 1
+        if conn not in self._conns:
+            return actions
+        del buf[:start]
+        if len(buf) > MAX_LINE:
+            return actions + self._fail(conn, "line_too_long", f"a line may hold at most {MAX_LINE} bytes")
+        if not buf:
+            c.line_since = None
+        elif c.line_since is None or start:
+            c.line_since = now  # a new partial line began with this read
+        self._retime(conn, c)
+        return actions
+
+    # -- timers ---------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` next has something to do (monotonic seconds), or None: no timer runs."""
+        deadlines = [d for d in (self._deadline(self._conns[k]) for k in self._timed) if d is not None]
+        return min(deadlines, default=None)
+
+    def tick(self, now: float) -> list[Action]:
+        """Close connections that did not register in time or left a line unfinished too long."""
+        actions: list[Action] = []
+        for conn in list(self._timed):
+            c = self._conns[conn]
+            if c.client is None and now >= c.opened_at + self.register_timeout_s:
+                actions += self._fail(conn, "register_timeout",
+                                      f"register within {self.register_timeout_s:g} s of connecting")
+            elif c.line_since is not None and now >= c.line_since + self.line_timeout_s:
+                actions += self._fail(conn, "line_timeout",
+                                      f"a line must be completed within {self.line_timeout_s:g} s")
+        return actions
+
+    # -- notices --------------------------------------------------------------
+
+    @property
+    def active_notice(self) -> dict | None:
+        return dict(self._notice) if self._notice else None
+
+    def announce(self, notice: dict, now: float) -> list[Action]:
+        """Make ``notice`` the active one and send it to every registered client.
+
+        Re-announcing the same notice unchanged is a no-op (the watcher is level-triggered);
+        a changed deadline under the same id is re-sent, and acks already given stand.
+        """
+        fields = validate_notice(notice)
+        if fields == self._notice:
+            return []
+        same_id = self._notice is not None and self._notice["id"] == fields["id"]
+        self._notice = fields
+        self._notice_line = encode({"op": "notice", **fields})
+        actions: list[Action] = []
+        for conn, c in self._conns.items():
+            if c.client is not None:
+                actions.append(self._send_notice(conn, c, now, keep_ack=same_id))
+        return actions
+
+    def withdraw(self, notice_id: str) -> list[Action]:
+        """The notice was cancelled: tell the clients that were sent it; unknown ids are ignored."""
+        if self._notice is None or self._notice["id"] != notice_id:
+            return []
+        self._notice = None
+        line = encode({"op": "withdrawn", "id": notice_id})
+        actions: list[Action] = []
+        for conn, c in self._conns.items():
+            if c.sent_id == notice_id:
+                c.sent_id, c.acked = None, None
+                actions.append(Send(conn, line))
+        return actions
+
+    def clients(self) -> list[ClientInfo]:
+        """Registered clients, oldest first; e.g. "has everyone answered?" for the drain."""
+        return [ClientInfo(c.client, c.name, c.peer.pid, c.peer.uid, c.peer.gid, c.sent_id, c.acked)
+                for c in self._conns.values() if c.client is not None]
+
+    def stats(self) -> dict[str, int]:
+        """Counters (accepted, error.<code>, closed.<reason>, ...) plus the open/registered gauges."""
+        out = dict(self._counts)
+        out["open"] = len(self._conns)
+        out["registered"] = sum(1 for c in self._conns.values() if c.client is not None)
+        return out
+
+    # -- message handling -----------------------------------------------------
+
+    def _handle_line(self, conn: int, c: _Conn, line: bytes, now: float) -> list[Action]:
+        if not line.strip():
+            return []  # blank lines (a bare "\r" from nc -C) are not messages
+        try:
+            msg = decode_line(line)
+            handler = self._handlers.get(msg["op"])
+            if handler is None:
+                raise _Reject("unknown_op", f"unknown op {msg['op'][:64]!r}")
+            return handler(conn, c, msg, now)
+        except _Reject as r:
+            c.errors += 1
+            if c.errors > MAX_ERRORS:
+                return self._fail(conn, "too_many_errors", f"more than {MAX_ERRORS} errors on one connection")
+            self._count(f"error.{r.code}")
+            return [Send(conn, error_line(r.code, r.message))]
+
+    def _on_register(self, conn: int, c: _Conn, msg: dict, now: float) -> list[Action]:
+        name, pid = msg.get("name"), msg.get("pid")
+        if not _is_text(name, MAX_NAME) or not name:
+            raise _Reject("bad_message", f"'name' must be a string of 1..{MAX_NAME} characters")
+        if type(pid) is not int or pid <= 0:
+            raise _Reject("bad_message", "'pid' must be a positive integer")
+        if c.client is not None:
+            raise _Reject("already_registered", f"this connection is already client {c.client}")
+        self._next_client += 1
+        c.client, c.name = self._next_client, name
+        self._retime(conn, c)
+        reply = {"op": "registered", "v": PROTOCOL_VERSION, "client": c.client, "name": name,
+                 "pid": c.peer.pid, "uid": c.peer.uid, "gid": c.peer.gid}
+        if pid != c.peer.pid:
+            reply["claimed_pid"] = pid  # identity is the kernel's; the claim is only reported
+            self._count("pid_mismatch")
+        self._count("registrations")
+        actions: list[Action] = [Send(conn, encode(reply))]
+        if self._notice is not None:
+            actions.append(self._send_notice(conn, c, now, keep_ack=False))
+        return actions
+
+    def _on_ack(self, conn: int, c: _Conn, msg: dict, now: float) -> list[Action]:
+        nid, status = msg.get("id"), msg.get("status")
+        detail, replay = msg.get("detail", ""), msg.get("replay", False)
+        if not isinstance(nid, str) or status not in ACK_STATUSES:
+            raise _Reject("bad_message", "an ack needs a string 'id' and 'status' checkpointed|failed")
+        if not _is_text(detail, MAX_DETAIL) or not isinstance(replay, bool):
+            raise _Reject("bad_message", f"'detail' must be a string of at most {MAX_DETAIL} characters, "
+                                         "'replay' a boolean")
+        if c.client is None:
+            raise _Reject("not_registered", "register before acknowledging")
+        if c.sent_id is None or c.sent_id != nid:
+            raise _Reject("unknown_notice", f"notice {nid[:64]!r} is not active for this client")
+        reply = {"op": "acked", "id": nid, "status": c.acked or status}
+        if c.acked is not None:
+            return [Send(conn, encode(reply))]  # first ack wins; a repeat is answered, not recorded
+        c.acked = status
+        self._count("acks")
+        ack = Ack(client=c.client, name=c.name, pid=c.peer.pid, uid=c.peer.uid, gid=c.peer.gid,
+                  notice_id=nid, status=status, latency_s=max(0.0, now - c.sent_at), detail=detail,
+                  replay=replay)
+        return [ack, Send(conn, encode(reply))]
+
+    def _on_ping(self, conn: int, c: _Conn, msg: dict, now: float) -> list[Action]:
+        return [Send(conn, encode({"op": "pong"}))]
+
+    # -- helpers --------------------------------------------------------------
+
+    def _send_notice(self, conn: int, c: _Conn, now: float, keep_ack: bool) -> Send:
+        if not keep_ack:
+            c.acked, c.sent_at = None, now
+        c.sent_id = self._notice["id"]
+        self._count("notices_sent")
+        return Send(conn, self._notice_line)
+
+    def _fail(self, conn: int, code: str, message: str) -> list[Action]:
+        """Reply with a closing error, forget the connection and close it."""
+        self._count(f"error.{code}")
+        self.disconnect(conn, code)
+        return [Send(conn, error_line(code, message)), Close(conn, code)]
+
+    def _deadline(self, c: _Conn) -> float | None:
+        times = []
+        if c.client is None:
+            times.append(c.opened_at + self.register_timeout_s)
+        if c.line_since is not None:
+            times.append(c.line_since + self.line_timeout_s)
+        return min(times, default=None)
+
+    def _retime(self, conn: int, c: _Conn) -> None:
+        if c.client is None or c.line_since is not None:
+            self._timed.add(conn)
+        else:
+            self._timed.discard(conn)
+
+    def _count(self, key: str) -> None:
+        self._counts[key] = self._counts.get(key, 0) + 1
