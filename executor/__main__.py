@@ -22,7 +22,9 @@ from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, notice_from_dict
 from common.runtime import SpoolLink, StopFlag, start
+from common.timefmt import format_rfc3339
 from executor import kube_drain
+from executor.agent_socket import AgentSocketError, AgentSocketServer
 from executor.kube import KubeApi, KubeError, NotOwnNode, Unreachable
 
 STATE_FILE = "executor.json"
@@ -31,6 +33,8 @@ RETRY_AFTER_S = 1.0
 DEFAULT_TAINT_KEY = "sco.io/notice"
 # What each notice kind asks of the node until a contract says otherwise.
 DEFAULT_KIND_POLICY = {"reclaim": "drain", "maintenance": "drain", "rebalance": "cordon"}
+DEFAULT_CHECKPOINT_S = 15.0
+DEFAULT_MARGIN_S = 5.0
 
 
 class Executor:
@@ -49,6 +53,19 @@ class Executor:
         self.retry_at: dict[str, float] = {}
         self.bad_messages = 0
         self.api = self._kube_api() if config.node.scheduler == "kubernetes" else None
+        self.clients = self._agent_socket()
+
+    def _agent_socket(self) -> AgentSocketServer | None:
+        s = self.config.agent_socket
+        try:
+            server = AgentSocketServer(s.path, mode=int(s.mode, 8), group=s.group or None,
+                                       max_clients=s.max_clients)
+            server.listen()
+        except (AgentSocketError, OSError, KeyError, ValueError) as e:
+            # Without the socket the drain still runs; workloads just are not told.
+            self.log.error("agent_socket.unavailable", path=s.path, error=str(e)[:300])
+            return None
+        return server
 
     def _kube_api(self) -> KubeApi | None:
         k = self.config.kubernetes
@@ -108,10 +125,47 @@ class Executor:
     def work(self, now: float) -> None:
         for n in list(self.active.values()):
             self._drain_step(n, now)
+            self._tell_clients(n, now)
         for nid in self.withdrawn:
             rec = self.progress.get(nid)
+            if self.clients is not None:
+                self.clients.withdraw(nid)
             if rec and rec.get("state") != "withdrawn":
                 self._undo(nid, rec, now)
+        self._collect_acks(now)
+
+    def _drain_budget(self) -> tuple[float, float]:
+        drain = self.contract.get("drain") or {}
+        return (float(drain.get("checkpoint_s", DEFAULT_CHECKPOINT_S)),
+                float(drain.get("margin_s", DEFAULT_MARGIN_S)))
+
+    def _tell_clients(self, n: Notice, now: float) -> None:
+        """Announce the notice on the agent socket (idempotent: an unchanged notice is not re-sent)."""
+        rec = self.progress.get(n.id)
+        if self.clients is None or rec is None or rec["state"] == "withdrawn":
+            return
+        if self._policy(n.kind) != "drain":
+            return
+        checkpoint_s, margin_s = self._drain_budget()
+        checkpoint_by = min(n.deadline - margin_s, n.received_at + checkpoint_s)
+        self.clients.announce({"id": n.id, "kind": n.kind, "deadline": n.to_dict()["deadline"],
+                               "checkpoint_by": format_rfc3339(checkpoint_by)})
+        if "clients_told" not in rec["steps"]:
+            told = len(self.clients.clients())
+            self._step(n, rec, "clients_told", "drain.clients_told", {"clients": told})
+
+    def _collect_acks(self, now: float) -> None:
+        if self.clients is None:
+            return
+        for ack in self.clients.drain_acks():
+            rec = self.progress.get(ack.notice_id)
+            data = {"client": ack.name, "pid": ack.pid, "uid": ack.uid, "status": ack.status,
+                    "latency_ms": round(ack.latency_s * 1000), "replay": ack.replay}
+            if rec is not None:
+                rec.setdefault("acks", {})[f"{ack.name}:{ack.pid}"] = {"status": ack.status, "at": now}
+                self._save()
+            self.log.info("drain.checkpoint_acked", notice_id=ack.notice_id, **data)
+            self.spool.emit("drain.checkpoint_acked", ack.notice_id, data, now)
 
     def _policy(self, kind: str) -> str:
         policy = self.contract.get("kind_policy") or DEFAULT_KIND_POLICY
@@ -189,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     poller = zmq.Poller()
     poller.register(ex.sub, zmq.POLLIN)
     poller.register(ex.spool.sock, zmq.POLLIN)
+    if ex.clients is not None:
+        poller.register(ex.clients.fileno(), zmq.POLLIN)
     last_publish = 0.0
     while not stop.stopping:
         events = dict(poller.poll(250))
@@ -196,12 +252,19 @@ def main(argv: list[str] | None = None) -> int:
             ex.on_sub_readable()
         if ex.spool.sock in events:
             ex.spool.on_readable()
+        if ex.clients is not None:
+            mono = time.monotonic()
+            if ex.clients.fileno() in events:
+                ex.clients.process(mono)
+            ex.clients.tick(mono)
         now = time.time()
         ex.work(now)
         ex.spool.tick(now)
         if now - last_publish >= PUBLISH_EVERY_S:
             ex.publish()
             last_publish = now
+    if ex.clients is not None:
+        ex.clients.close()
     ex.spool.flush(1.0)
     ctx.destroy(linger=0)
     log.info("process.stopped")

@@ -6,8 +6,8 @@ from watcher.notice_book import NoticeBook
 
 
 def notice(**kw) -> Notice:
-    base = dict(id="n1", kind="reclaim", node="me", instance_id="i-1", issued_at=1000.0,
-                deadline=1120.0, source="aws", channel="relay", received_at=0.0)
+    base = {"id": "n1", "kind": "reclaim", "node": "me", "instance_id": "i-1", "issued_at": 1000.0,
+                "deadline": 1120.0, "source": "aws", "channel": "relay", "received_at": 0.0}
     base.update(kw)
     return Notice(**base)
 
