@@ -1,0 +1,320 @@
+"""The contract: what this node promises to do when a notice arrives.
+
+A contract fixes the drain budget and its phases, which notice kinds drain,
+how workloads are told to checkpoint, and what to do when a PodDisruptionBudget
+blocks an eviction. The watcher obtains it (signed launch subset, then the
+signed bundle every 60 s, see ``watcher.contract_verify``) and publishes it;
+the executor and verifier rebuild it from that message with ``from_payload``.
+
+This module is plain data and validation only. It must stay cheap to import
+(no ``cryptography``, no JSON library): every agent process imports it.
+
+Payload shape (the signed JSON object; every key other than ``serial``,
+``hall``, ``issued_at`` and ``drain`` may be left out and then takes the value
+of ``BUILTIN``; ``kinds`` and ``slurm`` may also be partial)::
+
+    {"serial": 7, "hall": "fra1", "node_class": "*", "issued_at": "2026-11-29T12:00:00Z",
+     "drain": {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10},
+     "taint_key": "sco.io/notice", "checkpoint_signal": "SIGTERM",
+     "kinds": {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain"},
+     "pdb_blocked": "report", "exclude_from_lb": false,
+     "slurm": {"signal": "SIGTERM", "signal_scope": "full", "on_drain": "requeue"},
+     "sink_url": null}
+
+Unknown keys are refused, never ignored: a misspelt ``budget`` that silently
+fell back to a default would change the drain budget without anyone noticing,
+whereas a refused bundle is counted and leaves the node on its last good one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.timefmt import format_rfc3339, parse_rfc3339
+
+# Where a contract came from. 'builtin' is never authoritative: any verified
+# bundle replaces it; 'launch' is the subset cloud-init wrote, superseded by a
+# full bundle of the same serial; 'bundle' is a verified fetched (or LKG) bundle.
+SOURCES = ("builtin", "launch", "bundle")
+
+# Notice kinds a contract sets a policy for ('cancel' withdraws a notice, it has no policy).
+KINDS = ("reclaim", "rebalance", "maintenance")
+ACTIONS = ("drain", "cordon", "ignore")
+PDB_BLOCKED = ("delete", "report")
+SIGNAL_SCOPES = ("batch", "full")
+SLURM_ON_DRAIN = ("requeue", "cancel")
+
+# Signals a workload may be asked to checkpoint with. SIGKILL/SIGSTOP cannot be
+# caught, so they could never mean "checkpoint"; anything exotic is a typo.
+SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGWINCH")
+
+MAX_BUDGET_S = 3600  # Azure's longest scheduled-event notice is 15 min; an hour is generous.
+
+_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+# A Kubernetes qualified name: optional DNS-subdomain prefix, '/', a name of at most 63 characters.
+_TAINT_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_URL = re.compile(r"^https?://[^\s/?#@]+(/[^\s]*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """The drain budget and its phases, in seconds, run in this order before the deadline."""
+
+    budget_s: int
+    checkpoint_s: int
+    evict_s: int
+    margin_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmPolicy:
+    """How a Slurm node tells its jobs to checkpoint and moves them off."""
+
+    signal: str  # sent with `scancel --signal=<name without SIG>`
+    signal_scope: str  # 'batch': the batch shell only; 'full': the shell and every step
+    on_drain: str  # 'requeue' the job elsewhere or 'cancel' it
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """One validated contract. ``==`` compares content; ``source`` is not content."""
+
+    serial: int
+    hall: str
+    node_class: str
+    issued_at: float  # epoch seconds
+    drain: Drain
+    taint_key: str
+    checkpoint_signal: str
+    kinds: tuple[tuple[str, str], ...]  # (kind, action) for every kind in KINDS, in that order
+    pdb_blocked: str
+    exclude_from_lb: bool
+    slurm: SlurmPolicy
+    sink_url: str | None
+    source: str = field(default="bundle", compare=False)
+
+    def action_for(self, kind: str) -> str:
+        """'drain', 'cordon' or 'ignore' for a notice kind; an unknown kind drains (the safe side)."""
+        for known, action in self.kinds:
+            if known == kind:
+                return action
+        return "drain"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The payload form: ``from_payload(c.to_dict(), c.source) == c``. ``source`` is left out."""
+        return {
+            "serial": self.serial,
+            "hall": self.hall,
+            "node_class": self.node_class,
+            "issued_at": format_rfc3339(self.issued_at),
+            "drain": {
+                "budget_s": self.drain.budget_s,
+                "checkpoint_s": self.drain.checkpoint_s,
+                "evict_s": self.drain.evict_s,
+                "margin_s": self.drain.margin_s,
+            },
+            "taint_key": self.taint_key,
+            "checkpoint_signal": self.checkpoint_signal,
+            "kinds": dict(self.kinds),
+            "pdb_blocked": self.pdb_blocked,
+            "exclude_from_lb": self.exclude_from_lb,
+            "slurm": {
+                "signal": self.slurm.signal,
+                "signal_scope": self.slurm.signal_scope,
+                "on_drain": self.slurm.on_drain,
+            },
+            "sink_url": self.sink_url,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any, source: str = "bundle") -> Contract:
+        """Validate a payload object; ``ValueError`` names the first bad field."""
+        if source not in SOURCES:
+            raise ValueError(f"contract source must be one of {SOURCES}, got {source!r}")
+        top = _object(payload, "contract")
+        _no_unknown(top, _TOP_KEYS, "contract")
+        drain = _parse_drain(_required(top, "drain", "contract"))
+        return cls(
+            serial=_int(_required(top, "serial", "contract"), "serial", 0, 2**63 - 1),
+            hall=_name(_required(top, "hall", "contract"), "hall"),
+            node_class=_name(top.get("node_class", BUILTIN.node_class), "node_class"),
+            issued_at=_time(_required(top, "issued_at", "contract"), "issued_at"),
+            drain=drain,
+            taint_key=_taint_key(top.get("taint_key", BUILTIN.taint_key)),
+            checkpoint_signal=_signal(top.get("checkpoint_signal", BUILTIN.checkpoint_signal),
+                                      "checkpoint_signal"),
+            kinds=_parse_kinds(top.get("kinds", {})),
+            pdb_blocked=_choice(top.get("pdb_blocked", BUILTIN.pdb_blocked), "pdb_blocked",
+                                PDB_BLOCKED),
+            exclude_from_lb=_bool(top.get("exclude_from_lb", BUILTIN.exclude_from_lb),
+                                  "exclude_from_lb"),
+            slurm=_parse_slurm(top.get("slurm", {})),
+            sink_url=_url(top.get("sink_url", BUILTIN.sink_url), "sink_url"),
+            source=source,
+        )
+
+
+_TOP_KEYS = frozenset(Contract.__dataclass_fields__) - {"source"}
+
+
+def _parse_drain(value: Any) -> Drain:
+    obj = _object(value, "drain")
+    _no_unknown(obj, frozenset(Drain.__dataclass_fields__), "drain")
+    budget = _int(_required(obj, "budget_s", "drain"), "drain.budget_s", 1, MAX_BUDGET_S)
+    phases = {
+        name: _int(_required(obj, name, "drain"), f"drain.{name}", 0, budget)
+        for name in ("checkpoint_s", "evict_s", "margin_s")
+    }
+    total = sum(phases.values())
+    if total > budget:
+        raise ValueError(
+            f"contract field 'drain': checkpoint_s + evict_s + margin_s = {total} "
+            f"exceeds budget_s = {budget}"
+        )
+    return Drain(budget_s=budget, **phases)
+
+
+def _parse_kinds(value: Any) -> tuple[tuple[str, str], ...]:
+    # Partial maps are merged over the built-in policy, so a bundle that only
+    # says {"rebalance": "ignore"} keeps the safe choice for the other kinds.
+    obj = _object(value, "kinds")
+    _no_unknown(obj, frozenset(KINDS), "kinds")
+    merged = dict(BUILTIN.kinds)
+    for kind, action in obj.items():
+        merged[kind] = _choice(action, f"kinds.{kind}", ACTIONS)
+    return tuple((kind, merged[kind]) for kind in KINDS)
+
+
+def _parse_slurm(value: Any) -> SlurmPolicy:
+    obj = _object(value, "slurm")
+    _no_unknown(obj, frozenset(SlurmPolicy.__dataclass_fields__), "slurm")
+    base = BUILTIN.slurm
+    return SlurmPolicy(
+        signal=_signal(obj.get("signal", base.signal), "slurm.signal"),
+        signal_scope=_choice(obj.get("signal_scope", base.signal_scope), "slurm.signal_scope",
+                             SIGNAL_SCOPES),
+        on_drain=_choice(obj.get("on_drain", base.on_drain), "slurm.on_drain", SLURM_ON_DRAIN),
+    )
+
+
+# --- field checks: each raises ValueError naming the field -------------------------------
+
+
+def _fail(name: str, expected: str, got: Any) -> ValueError:
+    shown = repr(got)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return ValueError(f"contract field '{name}': expected {expected}, got {shown}")
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(name, "a JSON object", type(value).__name__)
+    return value
+
+
+def _required(obj: dict[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        path = key if where == "contract" else f"{where}.{key}"
+        raise ValueError(f"contract field '{path}': missing")
+    return obj[key]
+
+
+def _no_unknown(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(str(k) for k in obj if k not in allowed)
+    if unknown:
+        prefix = "contract" if where == "contract" else f"contract field '{where}'"
+        raise ValueError(f"{prefix}: unknown key(s) {unknown[:5]}")
+
+
+def _int(value: Any, name: str, lo: int, hi: int) -> int:
+    # bool is an int subclass in Python; true must not read as 1 second.
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _fail(name, f"an integer from {lo} to {hi}", value)
+    return value
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(name, "true or false", value)
+    return value
+
+
+def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if value not in choices or not isinstance(value, str):
+        raise _fail(name, f"one of {', '.join(choices)}", value)
+    return value
+
+
+def _name(value: Any, name: str) -> str:
+    if value == "*" or (isinstance(value, str) and _NAME.match(value)):
+        return value
+    raise _fail(name, "a name of letters, digits, '.', '_', '-' (at most 63) or '*'", value)
+
+
+def _time(value: Any, name: str) -> float:
+    try:
+        return parse_rfc3339(value)
+    except (ValueError, OverflowError):
+        raise _fail(name, "an RFC 3339 time", value) from None
+
+
+def _taint_key(value: Any) -> str:
+    if isinstance(value, str) and len(value) <= 317 and _TAINT_KEY.match(value):
+        return value
+    raise _fail("taint_key", "a Kubernetes qualified name like 'sco.io/notice'", value)
+
+
+def _signal(value: Any, name: str) -> str:
+    # Accept Slurm's spelling ('USR1') as well as the C name; store the C name.
+    if isinstance(value, str):
+        canonical = value if value.startswith("SIG") else "SIG" + value
+        if canonical in SIGNALS:
+            return canonical
+    raise _fail(name, f"one of {', '.join(SIGNALS)}", value)
+
+
+def _url(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) <= 2048 and _URL.match(value):
+        return value
+    raise _fail(name, "null or an http(s) URL", value)
+
+
+# The conservative contract used when no signed one is available (first boot
+# without user-data, a broken trust directory). Every value is the safe side:
+BUILTIN = Contract(
+    serial=0,  # below every signed serial (>= 0), and never blocks one: see contract_verify
+    hall="*",  # matches no real hall: a builtin contract is never mistaken for a hall's
+    node_class="*",
+    issued_at=0.0,
+    # 25 s: GCP and Azure give 30 s and the metadata poll runs every 5 s, so a
+    # notice can be seen with 25 s left; a budget that fits there fits everywhere.
+    # Checkpoint first (10 s), then evict (10 s), and keep 5 s for the verifier
+    # to observe the outcome and for the API calls' own latency.
+    drain=Drain(budget_s=25, checkpoint_s=10, evict_s=10, margin_s=5),
+    taint_key="sco.io/notice",  # under the agent's own key prefix, which its admission policy allows
+    # SIGTERM is what kubelet and Slurm preemption already send: every workload
+    # that handles any signal handles this one. USR1 would kill an unprepared process.
+    checkpoint_signal="SIGTERM",
+    # A reclaim or a maintenance event takes the machine away: drain. A
+    # rebalance recommendation is only elevated risk with no deadline: stop new
+    # work landing (cordon) but leave running work alone.
+    kinds=(("reclaim", "drain"), ("rebalance", "cordon"), ("maintenance", "drain")),
+    # Deleting a PDB-blocked pod needs a delete permission the agent's RBAC does
+    # not grant by default and overrides the owner's budget: only report it.
+    pdb_blocked="report",
+    # The exclude-from-load-balancers label is outside what the admission
+    # policy lets the agent change unless the hall allows it.
+    exclude_from_lb=False,
+    # Like Slurm's own preemption (GraceTime): TERM to every process of the job,
+    # so work running in a step sees it; then requeue, so no job is lost.
+    slurm=SlurmPolicy(signal="SIGTERM", signal_scope="full", on_drain="requeue"),
+    sink_url=None,  # None: ship events to the sink in the agent's own configuration
+    source="builtin",
+)

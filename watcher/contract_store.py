@@ -1,0 +1,134 @@
+"""Contract files on the node: trust directory, launch subset, last-known-good bundle.
+
+Thin adapters around the pure choices in ``watcher.contract_verify``:
+
+- the trust directory holds one public key per ``<keyid>.pub`` file (raw 32
+  bytes, or PEM SubjectPublicKeyInfo as ``sco-agentctl contract keygen``
+  writes); the file stem is the keyid;
+- the launch subset is the signed envelope cloud-init wrote at launch;
+- the LKG is the last accepted bundle, kept as the signed envelope itself so it
+  is verified again at every load (a file edited on disk is not trusted).
+
+Nothing here raises on bad content: problems come back as values for the
+watcher to count and report. Only ``load_trust_dir`` raises, for a trust
+directory that must not be used at all, and ``load_startup`` turns that into
+"no trusted keys" (so the node starts on BUILTIN, loudly, instead of crash-looping).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from base64 import b64decode
+from dataclasses import dataclass
+
+from common.fsutil import read_bounded, write_atomic
+from watcher.contract_verify import (
+    MAX_ENVELOPE_BYTES,
+    NodeScope,
+    Rejected,
+    Startup,
+    choose_startup,
+)
+
+MAX_TRUSTED_KEYS = 16  # rotation needs two or three; a full directory is a mistake
+_MAX_KEY_FILE = 4096
+
+# DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410): the raw key is the 32 bytes after it.
+_ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
+
+
+class TrustDirError(ValueError):
+    """The trust directory cannot be used at all (missing, not a directory, writable by anyone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrustLoad:
+    """Keys that loaded (keyid -> raw 32-byte Ed25519 public key) and the files that did not."""
+
+    keys: dict[str, bytes]
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StartupLoad:
+    """``Startup`` plus what went wrong reading the trust directory."""
+
+    startup: Startup
+    trust: TrustLoad
+
+
+def load_trust_dir(path: str) -> TrustLoad:
+    """Read every ``*.pub`` in ``path``; a world-writable directory is refused outright."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise TrustDirError(f"trust directory {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise TrustDirError(f"trust directory {path}: not a directory")
+    if st.st_mode & stat.S_IWOTH:
+        # Anyone could drop a key in and sign their own drain budget.
+        raise TrustDirError(
+            f"trust directory {path} is world-writable (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"refusing every key in it: chmod o-w {path}"
+        )
+    keys: dict[str, bytes] = {}
+    problems: list[str] = []
+    for name in sorted(os.listdir(path)):
+        if not name.endswith(".pub"):
+            continue
+        keyid, file_path = name.removesuffix(".pub"), os.path.join(path, name)
+        if len(keys) >= MAX_TRUSTED_KEYS:
+            problems.append(f"{file_path}: ignored, more than {MAX_TRUSTED_KEYS} keys")
+            continue
+        try:
+            if os.stat(file_path).st_mode & stat.S_IWOTH:
+                raise ValueError("world-writable, not trusted")
+            keys[keyid] = parse_public_key(read_bounded(file_path, _MAX_KEY_FILE))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{file_path}: {exc}")
+    return TrustLoad(keys, tuple(problems))
+
+
+def parse_public_key(data: bytes) -> bytes:
+    """Raw 32-byte Ed25519 public key from raw bytes or a PEM public key; ValueError otherwise."""
+    if len(data) == 32:
+        return data
+    text = data.decode("ascii", errors="replace").strip()
+    head, tail = "-----BEGIN PUBLIC KEY-----", "-----END PUBLIC KEY-----"
+    if not (text.startswith(head) and text.endswith(tail)):
+        raise ValueError("not a raw 32-byte key or a PEM public key")
+    try:
+        der = b64decode("".join(text[len(head): -len(tail)].split()), validate=True)
+    except ValueError:
+        raise ValueError("PEM body is not base64") from None
+    if len(der) != 44 or not der.startswith(_ED25519_SPKI_PREFIX):
+        raise ValueError("PEM key is not an Ed25519 public key")
+    return der[len(_ED25519_SPKI_PREFIX):]
+
+
+def read_envelope(path: str) -> bytes | Rejected | None:
+    """A bundle file's bytes; None if it does not exist; Rejected if it cannot be used."""
+    try:
+        return read_bounded(path, MAX_ENVELOPE_BYTES)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return Rejected("too_large", f"{path}: larger than {MAX_ENVELOPE_BYTES} bytes")
+    except OSError as exc:
+        return Rejected("unreadable", f"{path}: {errno.errorcode.get(exc.errno, exc.errno)}")
+
+
+def save_lkg(path: str, envelope: bytes) -> None:
+    """Persist an accepted bundle atomically: after a crash the old or the new one, never a mix."""
+    write_atomic(path, envelope, mode=0o600)
+
+
+def load_startup(trust_dir: str, launch_path: str, lkg_path: str, scope: NodeScope) -> StartupLoad:
+    """Everything the watcher needs at start, without any network."""
+    try:
+        trust = load_trust_dir(trust_dir)
+    except TrustDirError as exc:
+        trust = TrustLoad({}, (str(exc),))
+    startup = choose_startup(read_envelope(launch_path), read_envelope(lkg_path), scope, trust.keys)
+    return StartupLoad(startup, trust)
