@@ -7,6 +7,7 @@ import pytest
 
 from tests.emulators.metadata import MetadataEmulator
 from tests.emulators.metadata_fixture import metadata_emu  # noqa: F401
+from tests.emulators.vector_fixture import vector_emu  # noqa: F401
 
 
 @pytest.fixture
