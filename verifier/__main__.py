@@ -82,7 +82,7 @@ class Verifier:
                 self.log.warning("ipc.rejected", error=str(e)[:300])
 
     def margin(self) -> float:
-        drain = self.contract.get("drain") or {}
+        drain = (self.contract.get("contract") or {}).get("drain") or {}
         return float(drain.get("margin_s", DEFAULT_MARGIN_S))
 
     def check(self, now: float) -> None:

@@ -22,6 +22,7 @@ from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import SpoolLink, start
+from watcher.contract_keeper import ContractKeeper, contract_message
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, make_source
 
@@ -42,6 +43,9 @@ class Watcher:
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
         self.changed = asyncio.Event()
+        # The contract comes first: the drain budget must be known before any work lands.
+        self.contracts = ContractKeeper(config, log, self.spool.emit)
+        self.contracts.load()
 
     def _load_book(self) -> NoticeBook:
         node = self.config.node.name
@@ -115,6 +119,7 @@ class Watcher:
             self.log.error("state.write_failed", path=self.state_path, error=str(e))
 
     def announce(self) -> None:
+        ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
         snap = self.book.snapshot()
         ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
                                           "withdrawn": list(snap["withdrawn"])})
@@ -185,6 +190,7 @@ async def run(config: Config, log: Logger) -> int:
         asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
         asyncio.create_task(poll_metadata(w, stop)),
         asyncio.create_task(announce_loop(w, stop)),
+        asyncio.create_task(w.contracts.run(stop, lambda contract: w.changed.set())),
     ]
     await stop.wait()
     for t in tasks:

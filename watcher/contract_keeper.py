@@ -12,7 +12,8 @@ import asyncio
 import os
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ujson
 
