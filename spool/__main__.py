@@ -25,6 +25,7 @@ from common.config import Config
 from common.events import make_event
 from common.log import Logger
 from common.runtime import StopFlag, start
+from common.timefmt import format_rfc3339
 from spool.ring import SpoolIOError, SpoolRing
 
 SPOOL_FILE = "spool.dat"
@@ -132,9 +133,10 @@ class Spool:
         except SpoolIOError as e:
             self.log.error("spool.io_error", op="append", error=str(e))
             return False
-        if result.dropped:
-            data = {"dropped": result.dropped, "first_seq": result.dropped_first_seq,
-                    "last_seq": result.dropped_last_seq}
+        if result.dropped is not None:
+            d = result.dropped
+            data = {"dropped": d.count, "first_seq": d.first_seq, "last_seq": d.last_seq,
+                    "first_ts": format_rfc3339(d.first_ts), "last_ts": format_rfc3339(d.last_ts)}
             self.log.warning("spool.dropped", **data)
             self.own_event("spool.dropped", data)
         return True
