@@ -15,7 +15,7 @@ import os
 import time
 import uuid
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Self
 
 import ujson
 
@@ -48,7 +48,7 @@ class Stack:
         self.vector: Any = None
         self.agent: AgentRig | None = None
 
-    def __enter__(self) -> Stack:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
