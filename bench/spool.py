@@ -104,7 +104,7 @@ def ship_rate(directory: str, sample: list[bytes], batch: int = 1000) -> float:
     """Events/s through read_unshipped + release (one header write and fdatasync per batch)."""
     path = os.path.join(directory, "ship.ring")
     with SpoolRing.open(path) as ring:
-        for i in range(0, 100_000, 1000):
+        for _i in range(0, 100_000, 1000):
             ring.append(sample[:1000])
         n = 0
         start = time.perf_counter()

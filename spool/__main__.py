@@ -61,8 +61,7 @@ class Spool:
             self.ring = None
             return False
         stats = self.ring.stats()
-        self.log.info("spool.opened", path=self.path, **{k: v for k, v in stats.items()
-                                                         if isinstance(v, (int, float, str))})
+        self.log.info("spool.opened", **{k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
         if stats.get("recovered_cut_bytes") or stats.get("recovered_skipped"):
             self.own_event("spool.recovered", {k: stats.get(k) for k in
                                                ("recovered_cut_bytes", "recovered_skipped")})

@@ -253,7 +253,7 @@ def encode_batch(plan: Placement, tail: int, seq: int, ts_ms: int,
     """
     segments: list[tuple[int, list[bytes]]] = [(tail, [])]
     cursor = tail
-    for pos, payload in zip(plan.positions, payloads):
+    for pos, payload in zip(plan.positions, payloads, strict=False):
         if pos != cursor:
             if cursor in plan.pads:
                 segments[-1][1].append(encode_marker(PAD, seq))

@@ -457,7 +457,7 @@ def _fuzz_base() -> tuple[bytes, dict[int, bytes]]:
             for i in range(0, 330, 11):
                 batch = [event(j)[: 100 + 37 * (j % 7)] for j in range(i, i + 11)]
                 res = ring.append(batch)
-                written.update(zip(range(res.first_seq, res.last_seq + 1), batch))
+                written.update(zip(range(res.first_seq, res.last_seq + 1), batch, strict=False))
                 ring.release(res.first_seq + 4)
         with open(p, "rb") as f:
             return f.read(), written
@@ -540,7 +540,7 @@ def test_ring_matches_a_simple_model_through_appends_releases_drops_and_reopens(
                 batch = [(b"%d:" % (n + i)) + b"z" * size for i, size in enumerate(arg)]  # type: ignore[union-attr]
                 n += len(batch)
                 res = ring.append(batch)
-                model += zip(range(res.first_seq, res.last_seq + 1), batch)
+                model += zip(range(res.first_seq, res.last_seq + 1), batch, strict=False)
                 if res.dropped:   # the oldest, possibly including the start of this very batch
                     lost, model = model[:res.dropped.count], model[res.dropped.count:]
                     assert (lost[0][0], lost[-1][0]) == (res.dropped.first_seq, res.dropped.last_seq)
