@@ -325,3 +325,16 @@ def test_pdb_status_is_maintained_by_the_disruption_controller(api: Client) -> N
     _wait(api.server, lambda: api.ok("GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/w")[
         "status"]["disruptionsAllowed"] == 1)
     assert _evict(api, "w1")[0] == 201
+
+
+def test_budget_stays_closed_until_the_replacement_is_healthy(api: Client) -> None:
+    """Between a pod's removal and its replacement running, a real budget allows nothing."""
+    seed(api.server, [o.pod(f"w{i}", "n1", labels={"app": "w"}, owner=RS) for i in range(3)]
+         + [o.pdb("w", {"app": "w"}, max_unavailable=1)])
+    api.server.set_options({"start_delay": 3600.0})  # replacements stay Pending
+    assert _evict(api, "w0")[0] == 201
+    # Right after the pass that removed w0 (nothing else has run since):
+    _wait(api.server, lambda: api.call("GET", "/api/v1/namespaces/default/pods/w0")[0] == 404)
+    status = api.ok("GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/w")["status"]
+    assert (status["expectedPods"], status["currentHealthy"], status["disruptionsAllowed"]) == (3, 2, 0)
+    assert _evict(api, "w1")[0] == 429

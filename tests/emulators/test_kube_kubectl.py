@@ -142,6 +142,23 @@ def test_drain_refuses_unmanaged_pods_without_force(kube: KubeEmulator) -> None:
     assert kube.evictions() == [] and kube.pod_names("n1") == {"bare"}
 
 
+def test_drain_without_eviction_support_falls_back_to_delete(tmp_path: Path) -> None:
+    """No pods/eviction in discovery: kubectl DELETEs, with protobuf DeleteOptions."""
+    with kube_emulator(tmp_path, policy_versions=()) as kube:
+        kube.add_node("n1")
+        kube.add_pod("web-1", "n1", owner=("ReplicaSet", "web-7c9"), grace=20)
+        assert kube.kubectl(*DRAIN, "--timeout=30s", "--grace-period=3").returncode == 0
+        (delete,) = [e for e in kube.log() if e["method"] == "DELETE"]
+        assert delete["path"] == "/api/v1/namespaces/default/pods/web-1"
+        assert delete["body"]["gracePeriodSeconds"] == 3 and kube.evictions() == []
+        assert kube.pod_names("n1") == set()
+
+
+def test_create_namespace_through_the_typed_protobuf_client(kube: KubeEmulator) -> None:
+    assert kube.kubectl("create", "namespace", "team-a", check=True).stdout.strip() == "namespace/team-a created"
+    assert kube.get("/api/v1/namespaces/team-a")["status"]["phase"] == "Active"
+
+
 # ----- the fixture's process-level knobs -----
 def test_token_map_accepts_the_agent_token_and_refuses_the_rest(tmp_path: Path) -> None:
     """client-go reads kubeconfig credentials only for TLS servers, so kubectl talks to the

@@ -13,6 +13,7 @@ from tests.emulators.kube.patching import (
     strategic_merge,
 )
 from tests.emulators.kube.policy import compute_status, plan_eviction
+from tests.emulators.kube.protobuf import decode
 from tests.emulators.kube.resources import PODS
 from tests.emulators.kube.selectors import (
     fields_match,
@@ -228,3 +229,27 @@ def test_empty_pdb_selector_matches_nothing() -> None:
 ])
 def test_human_duration_matches_kubectl(seconds: float, text: str) -> None:
     assert human_duration(seconds) == text
+
+
+# ----- protobuf bodies from kubectl's typed clients -----
+def _ld(field: int, payload: bytes) -> bytes:
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+def test_protobuf_namespace_as_sent_by_kubectl_create_namespace() -> None:
+    captured = (b"k8s\x00\n\x0f\n\x02v1\x12\tNamespace\x12\x1e\n\x16\n\x06team-a\x12\x00\x1a\x00\"\x00*\x002"
+                b"\x008\x00B\x00\x12\x00\x1a\x02\n\x00\x1a\x00\"\x00")
+    assert decode(captured) == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+
+
+def test_protobuf_delete_options() -> None:
+    raw = b"\x08\x05" + _ld(2, _ld(1, b"u1")) + _ld(4, b"Background") + _ld(5, b"All")
+    body = b"k8s\x00" + _ld(1, _ld(1, b"v1") + _ld(2, b"DeleteOptions")) + _ld(2, raw)
+    assert decode(body) == {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 5,
+                            "preconditions": {"uid": "u1"}, "propagationPolicy": "Background", "dryRun": ["All"]}
+
+
+@pytest.mark.parametrize("body", [b"{}", b"k8s\x00" + _ld(1, _ld(2, b"Pod")), b"k8s\x00\x12\x7f"])
+def test_protobuf_refuses_what_it_cannot_decode(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode(body)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors, openapi, resources, table
+from . import errors, openapi, protobuf, resources, table
 from .errors import (
     ApiError,
     bad_request,
@@ -59,9 +59,13 @@ class Route:
 
 def _json_body(req: Request, required: bool = True, patch: bool = False) -> Any:
     ctype = req.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not patch and ctype == protobuf.CONTENT_TYPE and req.body:
+        try:
+            return protobuf.decode(req.body)
+        except ValueError:
+            # Only the protobuf messages kubectl sends are decoded (see protobuf.py).
+            raise errors.unsupported_media(("application/json",)) from None
     if not patch and ctype not in ("", "application/json", "*/*"):
-        # The real server also takes YAML and protobuf (kubectl's typed clients send protobuf,
-        # e.g. `kubectl create namespace`); the emulator speaks JSON only and says so.
         raise errors.unsupported_media(("application/json",))
     if not req.body.strip():
         if required:
@@ -296,10 +300,12 @@ class Api:
         return self._ok(r, self._store.delete(r.rt, r.namespace or "", r.name or "", options, dry_run=dry_run))
 
     def _evict(self, req: Request, r: Route) -> Response:
+        served = {f"policy/{v}" for v in self._options().policy_versions}
+        if not served:
+            raise path_not_found()  # a server without the eviction subresource
         body = _json_body(req)
         if not isinstance(body, dict):
             raise bad_request("the body must be an Eviction object")
-        served = {f"policy/{v}" for v in self._options().policy_versions}
         if body.get("kind") not in (None, "", "Eviction") or body.get("apiVersion") not in ({None, ""} | served):
             raise bad_request(f'no kind "{body.get("kind")}" is registered for version '
                               f'"{body.get("apiVersion")}" in the Eviction subresource')

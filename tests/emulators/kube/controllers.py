@@ -160,12 +160,14 @@ class Controllers:
         options = self._options()
         now = self._clock()
         with self._store.cond:
-            self._replicasets(options)
             nodes, _ = self._store.snapshot(NODES)
-            if options.replicasets:
-                self._schedule(nodes)
             if options.kubelet:
                 self._kubelet({n["metadata"]["name"]: n for n in nodes}, options, now)
+            # Replacements are created in the same pass as the removal they answer, so the
+            # disruption controller never sees a ReplicaSet one pod short.
+            self._replicasets(options)
+            if options.replicasets:
+                self._schedule(nodes)
             self._disruption(now)
 
     def _replicasets(self, options: Options) -> None:

@@ -16,7 +16,7 @@ class Options:
     server; ("v1beta1",) a 1.20 one (Eviction and PDB only as v1beta1).
     """
 
-    policy_versions: tuple[str, ...] = ("v1",)
+    policy_versions: tuple[str, ...] = ("v1",)  # () : no PDBs and no eviction (kubectl then DELETEs)
     server_version: str = "v1.37.0"
     # Simulated kubelet: starts pods bound to a node and finishes their graceful deletions.
     kubelet: bool = True

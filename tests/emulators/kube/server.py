@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlsplit
 
-from . import control
+from . import control, protobuf
 from .api import Api, Request, Response
 from .controllers import Controllers
 from .errors import status_body, unauthorized
@@ -139,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
         entry: dict[str, Any] = {"time": started, "method": self.command, "path": self.path,
                                  "content_type": headers.get("content-type", ""), "fault": None}
         if self.command not in ("GET", "HEAD") and body:
-            entry["body"] = _loggable(body)
+            entry["body"] = _loggable(body, entry["content_type"])
         entry["user"], authenticated = emu.authenticate(headers)
         self._answer(Request(self.command, url.path, query, headers, body), entry, authenticated)
 
@@ -228,7 +228,13 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
-def _loggable(body: bytes) -> Any:
+def _loggable(body: bytes, content_type: str) -> Any:
+    """A request body as tests want to read it: parsed JSON (protobuf decoded), else text."""
+    if content_type.startswith(protobuf.CONTENT_TYPE):
+        try:
+            return protobuf.decode(body)
+        except ValueError:
+            return f"<protobuf, {len(body)} bytes>"
     try:
         return json.loads(body[:_LOGGED_BODY_LIMIT])
     except ValueError:
