@@ -80,8 +80,9 @@ def test_malformed_notices_are_counted_and_the_watcher_keeps_running(stack):
 
     stack.publish_raw(ujson.dumps(bad_types).encode())
     stack.publish_raw(b"x" * 1_000_000)
-    other = stack.publish_notice(node=OTHER_NODE)   # on our subject, naming another node
-    stack.publish_raw(ujson.dumps(stack.notice_payload(node=OTHER_NODE)).encode())
+    stack.publish_notice(node=OTHER_NODE)   # on the other node's subject: we never hear it
+    other = stack.notice_payload(node=OTHER_NODE)
+    stack.publish_raw(ujson.dumps(other).encode())   # on our subject, naming another node
     reasons = wait_for(lambda: (r := sorted(e["data"]["reason"] for e in stack.events_of("notice.rejected")))
                        and len(r) >= 3 and r, 20, "three rejections")
     assert reasons == ["bad_field", "bad_json", "too_large"]
