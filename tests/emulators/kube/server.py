@@ -126,7 +126,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         emu = self.server.emu
         started = emu.clock()
-        body = self._read_body()
+        try:
+            body = self._read_body()
+        except ValueError:
+            self.close_connection = True  # the framing is lost: nothing after this can be parsed
+            self._send(400, status_body(400, "malformed request body framing"))
+            return
         url = urlsplit(self.path)
         query = dict(parse_qsl(url.query))
         headers = {k.lower(): v for k, v in self.headers.items()}
@@ -180,7 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(result, WatchRequest):
             entry["watch"] = True
             emu.record(entry, 200)
-            self._stream(result, lambda: emu.stopping.is_set() or emu.epoch != epoch)
+            self._stream(result, lambda: emu.stopping.is_set() or emu.epoch != epoch
+                         or _peer_closed(self.connection))
             return
         emu.record(entry, result.code)
         self._send(result.code, result.body, result.headers)
@@ -340,6 +346,12 @@ class KubeApiServer:
         entry["duration"] = round(self.clock() - entry["time"], 6)
         self.log.append(entry)
 
+    @property
+    def open_connections(self) -> int:
+        """API connections currently open (watches included)."""
+        with self._lock:
+            return len(self._conns)
+
     def track(self, conn: socket.socket, control_only: bool, add: bool) -> None:
         if control_only:
             return
@@ -383,6 +395,16 @@ class KubeApiServer:
                 self._api.socket.listen(BACKLOG)
                 self._api.serve_in_thread()
             self.down_mode = None
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    """True once the client hung up, so an idle watch does not outlive its client."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _shutdown(conn: socket.socket) -> None:
