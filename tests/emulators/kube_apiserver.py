@@ -24,7 +24,7 @@ def _token(text: str) -> tuple[str, str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[1].strip())
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--port", type=int, default=0, help="API port (0: pick a free one)")
     p.add_argument("--ready-file", help="write 'API_PORT\\nCONTROL_PORT\\n' here once listening")
     p.add_argument("--policy-versions", default="v1",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.emulators.kube import objects as o
-from tests.emulators.kube_fixture import KubeEmulator, kube_emulator
+from tests.emulators.kube_fixture import KubeEmuError, KubeEmulator, kube_emulator
 
 DRAIN = ("drain", "n1", "--ignore-daemonsets", "--delete-emptydir-data")
 SMP = "application/strategic-merge-patch+json"
@@ -180,3 +180,8 @@ def test_api_down_refuses_kubectl_until_up(kube: KubeEmulator) -> None:
     assert failed.returncode != 0 and "connection refused" in failed.stderr
     kube.up()
     assert kube.kubectl("get", "node", "n1", "-o", "name", check=True).stdout.strip() == "node/n1"
+
+
+def test_fixture_reports_a_failed_start(tmp_path: Path) -> None:
+    with pytest.raises(KubeEmuError, match="policy_versions"), kube_emulator(tmp_path, policy_versions=("v2",)):
+        pass

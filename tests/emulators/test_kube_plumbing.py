@@ -4,6 +4,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,6 +101,28 @@ def test_watch_from_compacted_resource_version_is_410() -> None:
         assert event["type"] == "ERROR" and event["object"]["code"] == 410
         assert event["object"]["reason"] == "Expired"
         conn.close()
+
+
+def _connections_become(server: KubeApiServer, n: int) -> bool:
+    deadline = time.monotonic() + 10
+    while server.open_connections != n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return server.open_connections == n
+
+
+def test_idle_watch_ends_when_its_client_hangs_up(api: Client) -> None:
+    api.conn.close()
+    assert _connections_become(api.server, 0)
+    conn, _ = _watch(api.server, "timeoutSeconds=600")
+    assert api.server.open_connections == 1
+    conn.close()
+    assert _connections_become(api.server, 0)
+
+
+def test_malformed_content_length_is_400(api: Client) -> None:
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/nodes HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400")
 
 
 def test_watch_as_table_for_kubectl_get_w(api: Client) -> None:

@@ -4,7 +4,8 @@ Stdlib only, plain HTTP on 127.0.0.1. Start it in-process with ``KubeApiServer``
 process with ``python -m tests.emulators.kube_apiserver``; drive tests through
 ``tests.emulators.kube_fixture``. Module map: ``api`` (REST), ``store`` (objects, RV, watch
 log), ``patching``, ``selectors``, ``policy`` (PDB + eviction), ``controllers`` (kubelet,
-disruption controller, ReplicaSets, scheduler), ``faults``, ``control`` (/_emu/), ``server``.
+disruption controller, ReplicaSets, scheduler), ``faults``, ``control`` (/_emu/), ``table``,
+``openapi``, ``protobuf``, ``http_shell`` (listeners, handler), ``server`` (``KubeApiServer``).
 """
 from __future__ import annotations
 

@@ -154,10 +154,10 @@ class Api:
         if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in types and types[rest[2]].namespaced:
             rt, ns, tail = types[rest[2]], rest[1], rest[3:]
         else:
-            rt = types.get(rest[0])  # type: ignore[assignment]
-            if rt is None or (rt.namespaced and len(rest) > 1):
+            found = types.get(rest[0])
+            if found is None or (found.namespaced and len(rest) > 1):
                 raise path_not_found()
-            ns, tail = None, rest[1:]
+            rt, ns, tail = found, None, rest[1:]
         if len(tail) > 2:
             raise path_not_found()
         sub = tail[1] if len(tail) == 2 else ""
