@@ -256,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         poller.register(ex.clients.fileno(), zmq.POLLIN)
     last_publish = 0.0
     while not stop.stopping:
-        events = dict(poller.poll(250))
+        # Idle, wake once a second (level-triggered state arrives every second anyway); while a
+        # drain runs, four times a second so retries and acks are not held back.
+        busy = any(r.get("state") == "running" for r in ex.progress.values())
+        events = dict(poller.poll(250 if busy else 1000))
         if ex.sub in events:
             ex.on_sub_readable()
         if ex.spool.sock in events:

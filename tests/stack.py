@@ -33,7 +33,7 @@ HALL = "h1"
 
 class Stack:
     def __init__(self, base: str, *, provider: str = "aws", scheduler: str = "kubernetes",
-                 vector: bool = False, poll_interval_s: float = 0.5,
+                 vector: bool = False, poll_interval_s: float = 0.5, contract: dict[str, Any] | None = None,
                  settings: dict[str, dict[str, Any]] | None = None) -> None:
         self.base = str(base)
         self.provider = provider
@@ -41,6 +41,7 @@ class Stack:
         self.with_vector = vector
         self.poll_interval_s = poll_interval_s
         self.extra = settings or {}
+        self.contract = contract
         self._exit = ExitStack()
         self.nats: NatsServer | None = None
         self.meta: Any = None
@@ -87,9 +88,32 @@ class Stack:
         for section, table in self.extra.items():
             settings.setdefault(section, {}).update(table)
         os.makedirs(os.path.join(self.base, "trust"), mode=0o755, exist_ok=True)
+        if self.contract is not None:
+            self.write_launch_contract(self.contract)
         self.agent = AgentRig(os.path.join(self.base, "agent"), settings)
         self._exit.callback(self.agent.stop)
         self.agent.start()
+
+    def write_launch_contract(self, drain: dict[str, Any], serial: int = 1) -> str:
+        """Sign a launch contract with a fresh key, as cloud-init would place it (trust dir + launch file)."""
+        from watcher.contract_cli import main as contract_cli
+
+        trust = os.path.join(self.base, "trust")
+        keys = os.path.join(self.base, "keys")
+        os.makedirs(keys, mode=0o700, exist_ok=True)
+        if not os.path.exists(os.path.join(keys, "hall.key")):
+            assert contract_cli(["keygen", "--out", os.path.join(keys, "hall")]) == 0
+            with open(os.path.join(keys, "hall.pub"), "rb") as src, open(os.path.join(trust, "hall.pub"), "wb") as dst:
+                dst.write(src.read())
+        payload = {"serial": serial, "hall": HALL, "node_class": "*", "issued_at": format_rfc3339(time.time()),
+                   "drain": drain}
+        payload_path = os.path.join(keys, f"payload-{serial}.json")
+        with open(payload_path, "w") as f:
+            f.write(ujson.dumps(payload))
+        launch = os.path.join(self.base, "contract-launch.json")
+        assert contract_cli(["sign", "--key", os.path.join(keys, "hall.key"), "--in", payload_path,
+                             "--out", launch, "--keyid", "hall"]) == 0
+        return launch
 
     # -- notices ------------------------------------------------------------------------
     def notice_payload(self, *, deadline_in: float = 120.0, kind: str = "reclaim", node: str = NODE,

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         poller.register(s, zmq.POLLIN)
     last_publish = 0.0
     while not stop.stopping:
-        events = dict(poller.poll(250))
+        events = dict(poller.poll(250 if v.active else 1000))
         if v.notices_sub in events:
             v._drain(v.notices_sub)
         if v.progress_sub in events:

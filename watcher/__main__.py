@@ -27,7 +27,7 @@ from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, make_source
 
 ANNOUNCE_EVERY_S = 1.0
-TICK_S = 0.25
+TICK_S = 1.0   # idle wake-up; a change is announced at once via the `changed` event
 STATE_FILE = "notice.json"
 
 
