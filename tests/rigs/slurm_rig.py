@@ -288,7 +288,7 @@ class SlurmRig:
     def _write_conf(self) -> None:
         node = conf.node_line(self._exec(["slurmd", "-C"], "slurmd -C"))
         self.node_name = conf.node_name_of(node)
-        self.ports = dict(zip(("slurmctld", "slurmd"), free_ports(2)))
+        self.ports = dict(zip(("slurmctld", "slurmd"), free_ports(2), strict=False))
         text = conf.render_conf(self.paths, node, self.ports["slurmctld"], self.ports["slurmd"],
                                 self.conf_overrides)
         write_atomic(self.conf_path, text.encode(), 0o644)
