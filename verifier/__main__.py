@@ -61,8 +61,11 @@ class Verifier:
         self.metrics_dirty = True
         self.metrics_failed = False
         # Events persisted but not yet acknowledged by the spool go out again (same ids: deduped).
-        for ev in self.state["unacked"].values():
-            self.spool.outbox.pending[ev["event_id"]] = (0.0, ev)
+        for eid, ev in list(self.state["unacked"].items()):
+            if ev.get("event_id") == eid and isinstance(ev.get("type"), str):
+                self.spool.outbox.pending[eid] = (0.0, ev)
+            else:
+                del self.state["unacked"][eid]
 
     # -- persistence ----------------------------------------------------------------
     def _load(self) -> Any:

@@ -89,3 +89,24 @@ def test_unwritable_metrics_file_is_reported_once(shell):
     v.write_metrics()
     assert out.getvalue().count("metrics.write_failed") == 1
     assert not os.path.exists(v.metrics_path)
+
+
+def test_damaged_state_file_does_not_stop_the_verifier(tmp_path):
+    """Unusable entries are dropped at start; the rest (a verdict, a pending event) is kept."""
+    run_dir, state_dir = str(tmp_path / "run"), tmp_path / "state"
+    ipc.ensure_runtime_dir(run_dir)
+    state_dir.mkdir()
+    good = {"event_id": "e1", "type": "drain.done", "notice_id": "n0", "data": {}}
+    (state_dir / "verdicts.json").write_text(ujson.dumps({
+        "verdicts": {"n0": {"outcome": "done", "at": "yesterday"}, "n1": 5},
+        "clocks": {"n2": {"cutoff": "soon"}}, "unacked": {"e1": good, "e2": {"no": "id"}, "e3": []}}))
+    path = str(tmp_path / "agent.toml")
+    write_config(path, {"paths": {"runtime_dir": run_dir, "state_dir": str(state_dir)}})
+    ctx = zmq.Context()
+    try:
+        v = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
+        assert list(v.state["verdicts"]) == ["n0"] and v.state["clocks"] == {}
+        assert list(v.state["unacked"]) == ["e1"] and list(v.spool.outbox.pending) == ["e1"]
+        v.publish()   # a verdict with an unreadable time still goes out
+    finally:
+        ctx.destroy(linger=0)
