@@ -138,7 +138,8 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
                       escalations=state["escalated"].get(n.id))
         data = verdict.to_dict()
         data.update(kind=n.kind, channel=n.channel, timeline_ms=tl, left_count=len(verdict.left),
-                    left=list(verdict.left[:MAX_LEFT]), cutoff=format_rfc3339(clock.cutoff),
+                    left=list(verdict.left[:MAX_LEFT]), issued_at=format_rfc3339(clock.issued_at),
+                    cutoff=format_rfc3339(clock.cutoff),
                     deadline=format_rfc3339(clock.deadline), margin_s=clock.margin_s)
         if verdict.finished_at > clock.cutoff:
             data["late_ms"] = round((verdict.finished_at - clock.cutoff) * 1000)

@@ -128,10 +128,11 @@ class VerifierProcess:
 
     def start(self) -> VerifierProcess:
         env = dict(os.environ, PYTHONPATH=REPO)
+        starts = self.log().count("process.started")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "verifier", "--config", self.config_path],
                                          cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(lambda: "process.started" in self.log(), 10, "the verifier to start")
+        wait_for(lambda: self.log().count("process.started") > starts, 10, "the verifier to start")
         return self
 
     def kill(self) -> None:
