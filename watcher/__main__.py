@@ -23,6 +23,7 @@ from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import SpoolLink, start
 from watcher.contract_keeper import ContractKeeper, contract_message
+from watcher.inject import inject_dir, read_injected
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, make_source
 
@@ -42,6 +43,10 @@ class Watcher:
         self.pub = ipc.bind(ctx, zmq.PUB, config.paths.runtime_dir, ipc.WATCHER_PUB)
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
+        # Counters restart with the process; the verifier tells starts apart by this.
+        self.started_at = time.time()
+        # Every channel a notice arrived on, first arrival each (for the verdict's timeline).
+        self.arrivals: dict[str, dict[str, float]] = {}
         self.changed = asyncio.Event()
         # The contract comes first: the drain budget must be known before any work lands.
         self.contracts = ContractKeeper(config, log, self.spool.emit)
@@ -69,17 +74,33 @@ class Watcher:
         try:
             notice = parse_relay_payload(payload, self.config.relay.max_payload)
         except Rejected as e:
-            self.count(f"rejected.{e.reason}")
-            self.log.warning("notice.rejected", channel="relay", subject=subject[:200],
-                             reason=e.reason, detail=e.detail[:300], size=len(payload))
-            self.spool.emit("notice.rejected", data={"channel": "relay", "reason": e.reason,
-                                                     "detail": e.detail[:300], "size": len(payload)})
+            self.reject(e, "relay", len(payload), subject=subject[:200])
             return
         self.observe(notice.with_arrival("relay", now), now)
+
+    def on_injected(self) -> None:
+        """Notices written by `sco-agentctl simulate`: the "local" channel, validated like the relay's."""
+        for name, result in read_injected(inject_dir(self.config.paths.runtime_dir),
+                                          self.config.relay.max_payload):
+            now = time.time()
+            if isinstance(result, Rejected):
+                self.reject(result, "local", 0, file=name[:200])
+            else:
+                self.observe(result.with_arrival("local", now), now)
+
+    def reject(self, e: Rejected, channel: str, size: int, **where: str) -> None:
+        self.count(f"rejected.{e.reason}")
+        self.log.warning("notice.rejected", channel=channel, reason=e.reason, detail=e.detail[:300],
+                         size=size, **where)
+        self.spool.emit("notice.rejected", data={"channel": channel, "reason": e.reason,
+                                                 "detail": e.detail[:300], "size": size})
 
     def observe(self, notice: Notice, now: float) -> None:
         outcome = self.book.observe(notice, now)
         self.count(f"{outcome.action}.{notice.channel}")
+        held = outcome.earlier if outcome.action == "duplicate" else outcome.notice
+        if outcome.action in ("new", "duplicate") and held is not None:
+            self.arrivals.setdefault(held.id, {}).setdefault(notice.channel, notice.received_at or now)
         self._report(outcome, now)
         if outcome.action in ("new", "withdrawn"):
             self.persist()
@@ -121,8 +142,12 @@ class Watcher:
     def announce(self) -> None:
         ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
         snap = self.book.snapshot()
+        for nid in [i for i in self.arrivals if i not in self.book.active]:
+            del self.arrivals[nid]
         ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
-                                          "withdrawn": list(snap["withdrawn"])})
+                                          "withdrawn": list(snap["withdrawn"]),
+                                          "arrivals": self.arrivals, "counters": self.counters,
+                                          "started_at": self.started_at})
 
 
 async def poll_metadata(w: Watcher, stop: asyncio.Event) -> None:
@@ -163,6 +188,7 @@ async def announce_loop(w: Watcher, stop: asyncio.Event) -> None:
     while not stop.is_set():
         w.spool.on_readable()
         w.spool.tick()
+        w.on_injected()
         now = time.monotonic()
         if w.changed.is_set() or now - last >= ANNOUNCE_EVERY_S:
             w.changed.clear()
