@@ -19,7 +19,7 @@ import time
 
 import ujson
 
-from bench.procstats import millicores, table
+from bench.procstats import activity, table
 from tests.procutil import wait_for
 from tests.stack import NODE, Stack
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             pids = agent_pids(stack)
             print(f"== idle for {args.idle_seconds:.0f} s: relay connected, metadata polled every 5 s, "
                   f"signed contract loaded, {CLIENTS} agent-socket clients")
-            cpu = millicores(pids, args.idle_seconds)
+            cpu = activity(pids, args.idle_seconds)
             idle_text, idle = table(pids, cpu)
             print(idle_text)
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             pids = agent_pids(stack)
             print(f"== right after a drain of {PODS} pods (verdict {verdict['type']}, "
                   f"{len(stack.kube.pod_names(NODE))} pods left)")
-            after_text, after = table(pids, millicores(pids, 5.0))
+            after_text, after = table(pids, activity(pids, 5.0))
             print(after_text)
         finally:
             for c in clients:
@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== budget: {BUDGET_MIB:.0f} MiB and {BUDGET_MILLICORES:.0f} millicores per node "
           f"(aws-node-termination-handler requested 64 MiB / 50 m)")
     print(ujson.dumps({"idle_pss_mib": idle["pss"], "idle_uss_mib": idle["uss"], "idle_rss_mib": idle["rss"],
-                       "idle_millicores": idle["millicores"], "drain_pss_mib": after["pss"],
+                       "idle_millicores": idle["millicores"], "idle_wakeups_per_s": idle["wakeups"],
+                       "idle_distinct_mib": idle["distinct"], "drain_pss_mib": after["pss"],
+                       "drain_distinct_mib": after["distinct"],
                        "drain_rss_mib": after["rss"], "idle_pss_vs_budget": round(idle["pss"] / BUDGET_MIB, 3),
                        "verdict": verdict["type"]}))
     return 0

@@ -3,13 +3,24 @@
 PSS (proportional set size) is the honest figure for processes that share
 pages; summed RSS overstates a forked agent about 3x. Read from
 /proc/PID/smaps_rollup, which the kernel computes in one pass.
+
+PSS also divides a page with processes *outside* the agent: on a development
+machine running twenty other Pythons, libpython's pages count a twentieth. So
+the table also gives the agent's distinct resident pages (every physical page
+any agent process maps, counted once, from /proc/PID/pagemap; needs root):
+what the agent would cost on a node where nothing else shares its files. It
+counts shared libraries such as libc whole, so it is an upper bound.
 """
 from __future__ import annotations
 
 import os
+import struct
 import time
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+_PRESENT = 1 << 63
+_PFN = (1 << 55) - 1
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -27,32 +38,92 @@ def memory_kib(pid: int) -> dict[str, int]:
     }
 
 
+def page_frames(pid: int) -> set[int]:
+    """Physical frame numbers of every resident page of ``pid`` (empty without the privilege)."""
+    frames: set[int] = set()
+    try:
+        with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+            for line in maps:
+                parts = line.split()
+                if parts[-1] == "[vsyscall]":
+                    continue   # above the user address range: pagemap cannot be read there
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                pagemap.seek(lo // PAGE * 8)
+                for (entry,) in struct.iter_unpack("<Q", pagemap.read((hi - lo) // PAGE * 8)):
+                    if entry & _PRESENT and entry & _PFN:
+                        frames.add(entry & _PFN)
+    except OSError:
+        return set()
+    return frames
+
+
+def distinct_mib(pids: dict[str, int]) -> float:
+    """Resident memory of all ``pids`` together, every shared page counted once; 0 if unreadable."""
+    frames: set[int] = set()
+    for pid in pids.values():
+        frames |= page_frames(pid)
+    return len(frames) * PAGE / 2**20
+
+
 def cpu_ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])   # utime + stime
 
 
-def millicores(pids: dict[str, int], seconds: float) -> dict[str, float]:
-    """CPU use of each process over ``seconds`` of wall time, in millicores."""
-    before = {name: cpu_ticks(pid) for name, pid in pids.items()}
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches of every thread of ``pid``: its wake-ups."""
+    n = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        n += int(line.split()[1])
+        except OSError:
+            pass   # a thread that ended meanwhile
+    return n
+
+
+def activity(pids: dict[str, int], seconds: float) -> dict[str, tuple[float, float]]:
+    """(millicores, wake-ups per second) of each process over ``seconds`` of wall time.
+
+    CPU time is counted in clock ticks (10 ms), too coarse to tell 0.2 from 0.5
+    millicores in a short window; the wake-up rate shows polling at once.
+    """
+    before = {name: (cpu_ticks(pid), context_switches(pid)) for name, pid in pids.items()}
     t0 = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - t0
-    after = {name: cpu_ticks(pid) for name, pid in pids.items()}
-    return {name: round((after[name] - before[name]) / CLK_TCK / elapsed * 1000, 2) for name in pids}
+    out = {}
+    for name, pid in pids.items():
+        ticks, switches = cpu_ticks(pid), context_switches(pid)
+        out[name] = (round((ticks - before[name][0]) / CLK_TCK / elapsed * 1000, 2),
+                     round((switches - before[name][1]) / elapsed, 1))
+    return out
 
 
-def table(pids: dict[str, int], cpu: dict[str, float] | None = None) -> tuple[str, dict[str, float]]:
-    """A printable table and the totals in MiB."""
-    rows = ["process       PSS MiB   USS MiB   RSS MiB   millicores"]
-    total = {"pss": 0.0, "uss": 0.0, "rss": 0.0, "millicores": 0.0}
+def millicores(pids: dict[str, int], seconds: float) -> dict[str, float]:
+    """CPU use of each process over ``seconds`` of wall time, in millicores."""
+    return {name: mc for name, (mc, _) in activity(pids, seconds).items()}
+
+
+def table(pids: dict[str, int],
+          cpu: dict[str, tuple[float, float]] | None = None) -> tuple[str, dict[str, float]]:
+    """A printable table and the totals in MiB; ``cpu`` is what ``activity`` returned."""
+    rows = ["process       PSS MiB   USS MiB   RSS MiB   millicores  wake-ups/s"]
+    total = {"pss": 0.0, "uss": 0.0, "rss": 0.0, "millicores": 0.0, "wakeups": 0.0}
     for name, pid in pids.items():
         m = memory_kib(pid)
-        mc = (cpu or {}).get(name, 0.0)
-        rows.append(f"{name:<12} {m['pss'] / 1024:8.1f}  {m['uss'] / 1024:8.1f}  {m['rss'] / 1024:8.1f}   {mc:8.2f}")
+        mc, wk = (cpu or {}).get(name, (0.0, 0.0))
+        rows.append(f"{name:<12} {m['pss'] / 1024:8.1f}  {m['uss'] / 1024:8.1f}  {m['rss'] / 1024:8.1f}"
+                    f"   {mc:8.2f}  {wk:10.1f}")
         for k in ("pss", "uss", "rss"):
             total[k] += m[k] / 1024
         total["millicores"] += mc
-    rows.append(f"{'TOTAL':<12} {total['pss']:8.1f}  {total['uss']:8.1f}  {total['rss']:8.1f}   {total['millicores']:8.2f}")
+        total["wakeups"] += wk
+    rows.append(f"{'TOTAL':<12} {total['pss']:8.1f}  {total['uss']:8.1f}  {total['rss']:8.1f}"
+                f"   {total['millicores']:8.2f}  {total['wakeups']:10.1f}")
+    total["distinct"] = distinct_mib(pids)
+    rows.append(f"distinct resident pages of the agent (each shared page once): {total['distinct']:.1f} MiB")
     return "\n".join(rows), {k: round(v, 2) for k, v in total.items()}

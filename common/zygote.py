@@ -1,0 +1,237 @@
+"""supervisord as a zygote: the agent's workers forked from a pre-imported supervisord, not exec'd.
+
+Why: supervisord starts each program with fork() then execve(), and execve
+throws the address space away, so five workers each build their own
+interpreter and import zmq, ujson, tomllib, the ``common`` package... again,
+privately. Forked without the execve, a worker shares every page it inherits
+(the interpreter's start-up heap, the pre-imported modules) with supervisord
+and its siblings until one of them writes to it: -11 to -14 MiB PSS for the
+whole agent (docs/footprint.md).
+
+How: supervisord calls the factory of every ``[rpcinterface:x]`` section once
+at start (and again at each ``reload``), inside its own process, before it
+spawns anything -- its documented extension point. ``make_rpcinterface``
+pre-imports ``PRELOAD`` there and wraps the ``execve`` of supervisord's options
+object: when a program's executable is one of this package's console scripts
+run by this very interpreter, the already-forked child runs that script's
+``main()`` in place (``_run_in_child``) instead of exec'ing it. The child is
+still the process supervisord forked, prepared exactly as for an exec (own
+process group, stdin/stdout/stderr on supervisord's pipes, other descriptors
+closed, uid, cwd, umask, environment), so supervisorctl status / stop /
+start / restart / signal, autorestart, stopasgroup and the program's logs work
+unchanged, and a crash stays inside its own process.
+
+What it relies on that supervisor does not document: that ``_spawn_as_child``
+(supervisor/process.py) calls ``options.execve(filename, argv, env)`` in the
+child as its last step. Everything else degrades to the ordinary exec: if a
+supervisor upgrade stops calling ``options.execve``, nothing is forked in
+place and the workers are exec'd as without this module (more memory, same
+behaviour; ``tests/unit/test_zygote.py`` fails so it is noticed). The child also
+falls back to exec when a pre-imported module's file changed since supervisord
+loaded it (an upgrade in place): a restarted worker never runs stale code.
+
+Costs, documented in docs/footprint.md: every worker runs with supervisord's
+interpreter flags (``-O``, ``PYTHON*`` variables and ``MALLOC_*`` variables
+are those supervisord started with; a program's ``environment=`` still sets
+``os.environ``); ``ps`` shows supervisord's command line for every worker
+(the name is in ``comm``: ``ps -o pid,comm``; ``supervisorctl status`` has
+the PIDs).
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import io
+import os
+import re
+import signal
+import sys
+from typing import Any
+
+# Packages whose console scripts may run in place: this agent's, nothing else.
+OWN_PACKAGES = ("common", "watcher", "executor", "verifier", "spool")
+
+# Imported once in supervisord and shared by every forked worker: what at least two
+# workers import anyway (tests/unit/test_import_sets.py keeps the per-process sets honest).
+PRELOAD = (
+    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses",
+    "common.config", "common.events", "common.fsutil", "common.ipc", "common.log",
+    "common.notice", "common.contract", "common.runtime", "common.timefmt",
+)
+
+# The console script pip writes: "from spool.__main__ import main".
+_ENTRY = re.compile(rb"^from ([A-Za-z_][\w.]*) import ([A-Za-z_]\w*)\s*$", re.MULTILINE)
+_MAX_SCRIPT = 4096
+# supervisord's own handlers (supervisor/options.py setsignals) must not reach a worker.
+_PARENT_STREAMS: list[Any] = []
+_RESET = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Zygote:
+    """The XML-RPC namespace supervisord exposes for it (``zygote.getState``): what it preloaded."""
+
+    def __init__(self, preloaded: dict[str, int], error: str) -> None:
+        self.preloaded = preloaded
+        self.error = error
+
+    def getState(self) -> dict[str, Any]:  # camelCase: the XML-RPC convention supervisor uses
+        return {"installed": not self.error, "error": self.error, "modules": len(self.preloaded),
+                "python": sys.executable}
+
+
+def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", **config: str) -> Zygote:
+    """The ``supervisor.rpcinterface_factory`` of ``[rpcinterface:zygote]``.
+
+    Optional keys of that section (supervisord passes them here): ``packages``, the
+    top-level packages whose console scripts run in place (default ``OWN_PACKAGES``);
+    ``preload``, more modules to pre-import after ``PRELOAD``. Both space-separated.
+    """
+    own = tuple(packages.split()) or OWN_PACKAGES
+    preloaded: dict[str, int] = {}
+    try:
+        before = set(sys.modules)
+        for name in (*PRELOAD, *preload.split()):
+            importlib.import_module(name)
+        preloaded = _files(set(sys.modules) - before)
+    except ImportError as e:
+        # Preloading is an optimisation: without it workers are exec'd as usual.
+        return Zygote({}, f"preload failed: {e}")
+    options = supervisord.options
+    execve = getattr(options, "execve", None)
+    if not callable(execve):
+        return Zygote(preloaded, "supervisor has no options.execve: workers are exec'd")
+    original = getattr(execve, "zygote_original", execve)
+
+    def zygote_execve(filename: str, argv: list[str], env: dict[str, str]) -> Any:
+        entry = entry_point(filename, own)
+        if entry is not None and not _changed(preloaded):
+            _run_in_child(entry, argv, env)   # never returns
+        return original(filename, argv, env)
+
+    zygote_execve.zygote_original = original  # type: ignore[attr-defined]
+    options.execve = zygote_execve
+    # Objects that exist now live as long as supervisord: keep the collector off them, so
+    # neither supervisord's nor a worker's collections write to (and so un-share) their pages.
+    gc.freeze()
+    return Zygote(preloaded, "")
+
+
+def entry_point(filename: str, packages: tuple[str, ...] = OWN_PACKAGES,
+                python: str | None = None) -> tuple[str, str] | None:
+    """(module, function) if ``filename`` is one of our console scripts for this interpreter, else None."""
+    try:
+        with open(filename, "rb") as f:
+            head = f.read(_MAX_SCRIPT)
+    except OSError:
+        return None
+    first, _, rest = head.partition(b"\n")
+    interpreter = first[2:].strip().decode("utf-8", "replace") if first.startswith(b"#!") else ""
+    if interpreter != (python or sys.executable):
+        return None   # another interpreter or virtualenv: only an exec runs it faithfully
+    m = _ENTRY.search(rest)
+    if m is None:
+        return None
+    module, func = m.group(1).decode(), m.group(2).decode()
+    if module.split(".")[0] not in packages:
+        return None
+    return module, func
+
+
+def _files(names: set[str]) -> dict[str, int]:
+    out = {}
+    for name in names:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            try:
+                out[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                pass
+    return out
+
+
+def _changed(preloaded: dict[str, int]) -> bool:
+    for path, mtime in preloaded.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _std_streams() -> None:
+    """Fresh sys.stdin/stdout/stderr on fds 0-2 (now supervisord's pipes), built as CPython builds them.
+
+    supervisord's own stream objects are kept referenced and never flushed: what they
+    buffered is supervisord's output, not the worker's (and finalizing them would write it).
+    """
+    # -u / PYTHONUNBUFFERED as supervisord's interpreter started (sys.flags does not say).
+    unbuffered = bool(getattr(sys.stdout, "write_through", False))
+    for name, fd in (("stdin", 0), ("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        _PARENT_STREAMS.append(old)
+        write = fd != 0
+        raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
+        if write:
+            buf: Any = raw if unbuffered else io.BufferedWriter(raw)
+        else:
+            buf = io.BufferedReader(raw)
+        stream = io.TextIOWrapper(buf, encoding=getattr(old, "encoding", None) or "utf-8",
+                                  errors=getattr(old, "errors", None) or "strict",
+                                  line_buffering=write and (fd == 2 or raw.isatty()),
+                                  write_through=write and unbuffered)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _join_threads() -> None:
+    """What interpreter shutdown does after main() returns: wait for non-daemon threads."""
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+
+
+def _run_in_child(entry: tuple[str, str], argv: list[str], env: dict[str, str]) -> None:
+    """Become the worker: this runs in the child supervisord forked and never returns into supervisord."""
+    code: Any = 1
+    try:
+        gc.freeze()   # inherited objects: never collected here (they are supervisord's) nor touched
+        for sig in _RESET:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [argv[0], *argv[1:]]
+        _std_streams()
+        name = os.path.basename(argv[0])[:15]
+        try:
+            with open("/proc/self/comm", "w") as f:
+                f.write(name)   # `ps -o comm`, top: the program's name instead of supervisord's
+        except OSError:
+            pass
+        module, func = entry
+        code = getattr(importlib.import_module(module), func)()
+        _join_threads()
+    except SystemExit as e:
+        code = e.code
+    except BaseException:  # noqa: BLE001 -- the worker died; report it like an interpreter would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        # Never back into supervisord's code (nor its atexit handlers): leave here.
+        os._exit(code & 0xFF)
