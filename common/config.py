@@ -10,19 +10,18 @@ back to a default on a production node.
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import tomllib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 DEFAULT_PATH = "/etc/sco-agent/agent.toml"
 ENV_PATH = "SCO_AGENT_CONFIG"
 MAX_CONFIG_BYTES = 256 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Setting:
+# A NamedTuple, not a dataclass: dataclasses imports inspect (with ast, dis, tokenize),
+# about 1 MiB in every process that reads the configuration (docs/footprint.md).
+class Setting(NamedTuple):
     section: str
     key: str
     type: type
@@ -138,7 +137,8 @@ def build(raw: dict[str, Any], source: str = "<dict>") -> Config:
                 raise ConfigError(f"{source}: unknown key {section}.{key}")
             values[section][key] = _coerce(setting, value, source)
     if not values["node"]["name"]:
-        values["node"]["name"] = socket.gethostname().split(".")[0]
+        # os.uname() is what socket.gethostname() reads on Linux, without importing socket.
+        values["node"]["name"] = os.uname().nodename.split(".")[0]
     _check_semantics(values, source)
     return Config(values, source)
 

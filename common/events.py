@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections import OrderedDict
 from typing import Any
 
@@ -39,7 +38,7 @@ def make_event(
         raise ValueError(f"unknown event type {type!r}")
     ts = time.time() if now is None else now
     return {
-        "event_id": event_id or str(uuid.uuid4()),
+        "event_id": event_id or uuid4(),
         "seq": seq,
         "ts": _rfc3339_ms(ts),
         "node": node,
@@ -49,6 +48,16 @@ def make_event(
         "notice_id": notice_id,
         "data": data or {},
     }
+
+
+def uuid4() -> str:
+    """A random (version 4) UUID string, as ``str(uuid.uuid4())`` gives, without importing uuid
+    (and its _uuid extension) into every process for this one call."""
+    b = bytearray(os.urandom(16))
+    b[6] = b[6] & 0x0F | 0x40   # version 4
+    b[8] = b[8] & 0x3F | 0x80   # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _rfc3339_ms(epoch: float) -> str:

@@ -8,7 +8,6 @@ endpoint returns the same payload.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -115,6 +114,9 @@ def notice_from_payload(doc: Any) -> Notice:
 
 def derived_id(source: str, instance_id: str, kind: str, key: str) -> str:
     """A stable id for a notice the provider gave no id: same content, same id on every poll."""
+    # Imported here: hashlib maps OpenSSL's libcrypto, and only the metadata poll (watcher) needs it.
+    import hashlib
+
     digest = hashlib.sha256(f"{source}\0{instance_id}\0{kind}\0{key}".encode()).hexdigest()
     return f"{source}-{digest[:16]}"
 

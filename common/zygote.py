@@ -56,7 +56,7 @@ OWN_PACKAGES = ("common", "watcher", "executor", "verifier", "spool")
 PRELOAD = (
     "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses",
     "common.config", "common.events", "common.fsutil", "common.ipc", "common.log",
-    "common.notice", "common.contract", "common.runtime", "common.timefmt",
+    "common.notice", "common.contract", "common.runtime", "common.timefmt", "common.http",
 )
 
 # The console script pip writes: "from spool.__main__ import main".
