@@ -1,0 +1,88 @@
+"""The import set of every agent process: heavy modules stay out of the processes that do not need them.
+
+Each process is started the way it starts in production, as far as memory is concerned:
+a fresh interpreter imports its main module and builds its core object from a
+configuration (sockets, state files and all, in a temp directory), then lists
+``sys.modules``. What a module costs is in docs/footprint.md (http.client + ssl ≈ 4 MiB,
+asyncio ≈ 5 MiB, dataclasses/inspect ≈ 1 MiB, argparse 0.4 MiB per process, ...).
+A failure here means a new import made a process heavier: import it lazily, where it is
+used, or say in docs/footprint.md why the process needs it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Build the process's core object as its main() would, then report sys.modules.
+CHILD = r"""
+import importlib, json, os, sys
+name, module, d = sys.argv[1:4]
+mod = importlib.import_module(module)
+import zmq
+from common import ipc
+from common.config import build
+from common.log import Logger
+config = build({
+    "node": {"name": "node-a", "scheduler": "none"},
+    "paths": {"runtime_dir": os.path.join(d, "run"), "state_dir": os.path.join(d, "state")},
+    "relay": {"servers": []}, "metadata": {"provider": "none"}, "spool": {"size_mb": 1},
+    "agent_socket": {"path": os.path.join(d, "run", "agent.sock")},
+    "contract": {"launch_path": os.path.join(d, "none.json"), "trust_dir": os.path.join(d, "trust")},
+})
+ipc.ensure_runtime_dir(config.paths.runtime_dir)
+ctx = zmq.Context()
+log = Logger(name, stream=open(os.devnull, "w"))
+if name == "listener":
+    from common.runtime import SpoolLink
+    SpoolLink(ctx, config, name, log)
+else:
+    getattr(mod, name.capitalize())(config, log, ctx)
+ctx.destroy(linger=0)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+# Never in any agent process: the reasons are in docs/footprint.md and the README.
+EVERYWHERE = {"requests", "kubernetes", "urllib3", "argparse", "uuid"}
+# Only the watcher talks NATS (asyncio, nats-py, which pulls logging) and verifies signatures.
+NOT_WATCHER = {"asyncio", "nats", "logging", "cryptography", "concurrent.futures"}
+# Only the watcher and the executor make HTTP calls (the spool's shipper imports it when it ships).
+NO_HTTP = {"http.client", "ssl", "email", "common.http"}
+
+PROCESSES = {
+    # process: (main module, forbidden modules)
+    "listener": ("verifier.listener", EVERYWHERE | NOT_WATCHER | NO_HTTP | {"dataclasses", "inspect"}),
+    "spool": ("spool.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
+    "verifier": ("verifier.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
+    "executor": ("executor.__main__", EVERYWHERE | NOT_WATCHER),
+    # cryptography is imported when a signature is verified, never at start without a contract.
+    "watcher": ("watcher.__main__", EVERYWHERE | {"cryptography"}),
+}
+
+
+def modules_of(name: str, module: str, tmp_path) -> set[str]:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, "-c", CHILD, name, module, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return set(json.loads(out.stdout))
+
+
+@pytest.mark.parametrize("name", sorted(PROCESSES))
+def test_process_imports_nothing_heavy_it_does_not_use(name, tmp_path):
+    module, forbidden = PROCESSES[name]
+    loaded = modules_of(name, module, tmp_path)
+    assert module in loaded
+    heavy = sorted(m for m in loaded if m in forbidden or m.split(".")[0] in forbidden)
+    assert not heavy, f"{name} imports {heavy}"
+
+
+def test_the_check_sees_a_heavy_import(tmp_path):
+    # The harness itself: a module known to pull http.client is reported.
+    loaded = modules_of("listener", "common.http", tmp_path)
+    assert "http.client" in loaded and "ssl" in loaded
