@@ -64,6 +64,8 @@ _ENTRY = re.compile(rb"^from ([A-Za-z_][\w.]*) import ([A-Za-z_]\w*)\s*$", re.MU
 _MAX_SCRIPT = 4096
 # supervisord's own handlers (supervisor/options.py setsignals) must not reach a worker.
 _PARENT_STREAMS: list[Any] = []
+# File -> st_mtime_ns of every module the preload imported, when it imported it.
+_PRELOADED: dict[str, int] = {}
 _RESET = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -87,15 +89,18 @@ def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", *
     ``preload``, more modules to pre-import after ``PRELOAD``. Both space-separated.
     """
     own = tuple(packages.split()) or OWN_PACKAGES
-    preloaded: dict[str, int] = {}
     try:
         before = set(sys.modules)
         for name in (*PRELOAD, *preload.split()):
             importlib.import_module(name)
-        preloaded = _files(set(sys.modules) - before)
     except ImportError as e:
         # Preloading is an optimisation: without it workers are exec'd as usual.
         return Zygote({}, f"preload failed: {e}")
+    # Kept across `supervisorctl reload` (which calls this again, modules already loaded):
+    # the times are those of the files as they were first imported.
+    for path, mtime in _files(set(sys.modules) - before).items():
+        _PRELOADED.setdefault(path, mtime)
+    preloaded = _PRELOADED
     options = supervisord.options
     execve = getattr(options, "execve", None)
     if not callable(execve):
@@ -105,7 +110,7 @@ def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", *
     def zygote_execve(filename: str, argv: list[str], env: dict[str, str]) -> Any:
         entry = entry_point(filename, own)
         if entry is not None and not _changed(preloaded):
-            _run_in_child(entry, argv, env)   # never returns
+            _run_in_child(entry, filename, argv, env)   # never returns
         return original(filename, argv, env)
 
     zygote_execve.zygote_original = original  # type: ignore[attr-defined]
@@ -194,7 +199,7 @@ def _join_threads() -> None:
             t.join()
 
 
-def _run_in_child(entry: tuple[str, str], argv: list[str], env: dict[str, str]) -> None:
+def _run_in_child(entry: tuple[str, str], filename: str, argv: list[str], env: dict[str, str]) -> None:
     """Become the worker: this runs in the child supervisord forked and never returns into supervisord."""
     code: Any = 1
     try:
@@ -204,7 +209,7 @@ def _run_in_child(entry: tuple[str, str], argv: list[str], env: dict[str, str]) 
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(env)
-        sys.argv = [argv[0], *argv[1:]]
+        sys.argv = [filename, *argv[1:]]   # as the interpreter sets it for a script
         _std_streams()
         name = os.path.basename(argv[0])[:15]
         try:

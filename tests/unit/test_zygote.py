@@ -222,6 +222,10 @@ def test_changed_preloaded_module_falls_back_to_exec(own_sup):
     sup = own_sup
     a = sup.running("a")
     assert sup.report("a", a)["forked"]
+    # `reload` re-reads the configuration and restarts everything: still forked in place.
+    sup.ctl("reload")
+    a = sup.running("a", not_pid=a)
+    assert sup.report("a", a)["forked"]
     stale = os.path.join(sup.d, "lib", "zygote_stale.py")
     st = os.stat(stale)
     os.utime(stale, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
