@@ -62,10 +62,11 @@ PRELOAD = (
 # The console script pip writes: "from spool.__main__ import main".
 _ENTRY = re.compile(rb"^from ([A-Za-z_][\w.]*) import ([A-Za-z_]\w*)\s*$", re.MULTILINE)
 _MAX_SCRIPT = 4096
-# supervisord's own handlers (supervisor/options.py setsignals) must not reach a worker.
+# supervisord's stream objects, kept referenced in a worker (see _std_streams).
 _PARENT_STREAMS: list[Any] = []
 # File -> st_mtime_ns of every module the preload imported, when it imported it.
 _PRELOADED: dict[str, int] = {}
+# supervisord's own handlers (supervisor/options.py setsignals) must not reach a worker.
 _RESET = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -93,9 +94,9 @@ def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", *
         before = set(sys.modules)
         for name in (*PRELOAD, *preload.split()):
             importlib.import_module(name)
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001 -- an error here would stop supervisord from starting
         # Preloading is an optimisation: without it workers are exec'd as usual.
-        return Zygote({}, f"preload failed: {e}")
+        return Zygote({}, f"preload failed: {type(e).__name__}: {e}")
     # Kept across `supervisorctl reload` (which calls this again, modules already loaded):
     # the times are those of the files as they were first imported.
     for path, mtime in _files(set(sys.modules) - before).items():

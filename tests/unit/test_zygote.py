@@ -251,3 +251,24 @@ def _transport(sup: Supervisor) -> xmlrpc.client.Transport:
     from supervisor.xmlrpc import SupervisorTransport
 
     return SupervisorTransport(None, None, f"unix://{sup.d}/sup.sock")
+
+
+def test_a_failed_preload_or_a_changed_supervisor_leaves_exec_alone():
+    from common.zygote import make_rpcinterface
+
+    class Options:
+        def execve(self, filename: str, argv: list[str], env: dict[str, str]) -> None:
+            raise AssertionError("not called here")
+
+    class Supervisord:
+        options = Options()
+
+    sup = Supervisord()
+    failed = make_rpcinterface(sup, preload="tests.unit.no_such_module")
+    assert not failed.getState()["installed"] and "no_such_module" in failed.getState()["error"]
+    assert "execve" not in vars(sup.options)   # the method is still supervisor's own
+
+    class Bare:
+        options = object()
+
+    assert "no options.execve" in make_rpcinterface(Bare()).getState()["error"]
