@@ -71,7 +71,6 @@ class Spool:
         self.log = log
         self.clock = clock
         self.ship_options = ship_options or {}
-        os.makedirs(config.paths.state_dir, mode=0o700, exist_ok=True)
         self.store = Store(os.path.join(config.paths.state_dir, SPOOL_FILE), config.spool.size_mb * 2**20)
         self.intake = Intake()
         self.sock = ipc.bind(ctx, zmq.ROUTER, config.paths.runtime_dir, ipc.SPOOL_INTAKE)
@@ -124,9 +123,10 @@ class Spool:
 
     def receive(self) -> None:
         limit = min(MAX_RECORD, self.store.max_payload or MAX_RECORD)
+        recv, offer = self.sock.recv_multipart, self.intake.offer   # the per-event loop: no lookups
         for _ in range(MAX_ROUND):
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
@@ -134,7 +134,7 @@ class Spool:
             except Rejected as e:
                 self.reject(ipc.SPOOL_INTAKE, str(e))
                 continue
-            self.intake.offer(sender, event_id, payload)
+            offer(sender, event_id, payload)
 
     def commit(self) -> None:
         batch = self.intake.batch()
@@ -157,8 +157,9 @@ class Spool:
     # -- the disk --------------------------------------------------------------------
     def try_open(self) -> bool:
         try:
+            os.makedirs(self.config.paths.state_dir, mode=0o700, exist_ok=True)
             stats = self.store.open()
-        except SpoolIOError as e:
+        except OSError as e:   # SpoolIOError, or the directory itself: a read-only or missing mount
             self.io_failed(e)
             return False
         self.log.info("spool.opened", **{k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
@@ -167,7 +168,7 @@ class Spool:
             self.store.changed.set()
         return True
 
-    def io_failed(self, e: SpoolIOError) -> None:
+    def io_failed(self, e: OSError) -> None:
         """Report the first failure of an episode once; retry every RETRY_S until the disk takes writes."""
         now = self.clock()
         self.retry_at = now + RETRY_S

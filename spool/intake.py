@@ -124,14 +124,22 @@ class Intake:
 
     def written(self, event_ids: list[str]) -> None:
         """These events are durable: remember them and acknowledge them to their senders."""
+        # The hot path of every round: locals instead of attribute lookups, _remember inlined.
+        pop, acks, recent, order = self.held.pop, self.acks, self.recent, self._order
         for eid in event_ids:
-            held = self.held.pop(eid, None)
+            held = pop(eid, None)
             if held is None:
                 continue
-            self._remember(eid)
+            recent.add(eid)
+            order.append(eid)
             for sender in held.senders:
                 if sender != OWN:
-                    self.acks.setdefault(sender, []).append(eid)
+                    ids = acks.get(sender)
+                    if ids is None:
+                        ids = acks[sender] = []
+                    ids.append(eid)
+        while len(order) > self.recent_limit:
+            recent.discard(order.popleft())
 
     def refit(self, limit: int) -> None:
         """Cut held events down to a smaller record limit (a spool file made with another size)."""
@@ -144,12 +152,6 @@ class Intake:
                for i in range(0, len(ids), ACK_CHUNK)]
         self.acks = {}
         return out
-
-    def _remember(self, event_id: str) -> None:
-        self.recent.add(event_id)
-        self._order.append(event_id)
-        if len(self._order) > self.recent_limit:
-            self.recent.discard(self._order.popleft())
 
     def _let_go(self) -> None:
         """Drop the oldest sender event (they resend it); the spool's own only if nothing else is left."""

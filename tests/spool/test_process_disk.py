@@ -192,3 +192,30 @@ def test_shutdown_writes_the_spools_own_queued_events(rig) -> None:
     assert sorted(written(spool)) == ["last", "spool.ship_rejected"]
     [stopped] = log_lines(out, "process.stopped")
     assert stopped["held"] == 0
+
+
+def test_an_unusable_state_dir_is_an_io_episode_not_a_crash(tmp_path: Path) -> None:
+    """The state dir is a plain file (a bad mount, say): events wait unacknowledged until it is a directory."""
+    blocker = tmp_path / "state"
+    blocker.write_text("not a directory")
+    cfg = load(str(spool_config(tmp_path, state_dir=blocker)))
+    ipc.ensure_runtime_dir(cfg.paths.runtime_dir)
+    ctx = zmq.Context()
+    clock, out = Clock(), io.StringIO()
+    try:
+        spool = Spool(cfg, Logger("spool", stream=out), ctx, clock=clock)
+        sock = ipc.connect(ctx, zmq.DEALER, cfg.paths.runtime_dir, ipc.SPOOL_INTAKE)
+        send(sock, "a")
+        spool.round(1000)
+        clock.now += RETRY_S
+        spool.round(100)
+        assert acks(sock) == [] and not spool.store.is_open
+        blocker.unlink()
+        clock.now += RETRY_S
+        spool.round(0)
+        assert acks(sock) == ["a"]
+        assert sorted(written(spool)) == ["a", "spool.io_error"]
+        assert len(log_lines(out, "spool.io_error")) == 1
+        spool.store.close()
+    finally:
+        ctx.destroy(linger=0)
