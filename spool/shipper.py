@@ -57,6 +57,7 @@ class Shipper(threading.Thread):
         self.attempts = 0          # POSTs sent, counters for tests and the stop log line
         self.shipped = 0
         self.set_aside = 0
+        self.crashed = ""          # set if the loop died of a bug: the process then exits to be restarted
 
     # -- control, from the intake thread --------------------------------------------
     def retarget(self, url: str | None) -> None:
@@ -74,11 +75,22 @@ class Shipper(threading.Thread):
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:   # noqa: BLE001 -- reported to the intake loop, which exits for a clean restart
+            self.crashed = f"{type(e).__name__}: {e}"
+            self.log.error("ship.crashed", error=self.crashed[:500])
+        finally:
+            if self._client is not None:
+                self._client.close()
+
+    def _loop(self) -> None:
         while not self.stopping.is_set():
+            # Cleared before looking at the URL and the ring: a retarget or write after this wakes us.
+            self.store.changed.clear()
             if self.url is None:
                 self._idle()
                 continue
-            self.store.changed.clear()   # cleared before reading: a write after the read wakes us
             try:
                 batch = self.store.read_unshipped(self.batch_max, MAX_BATCH_BYTES)
             except SpoolIOError as e:
@@ -91,8 +103,6 @@ class Shipper(threading.Thread):
             if self._deliver(batch):
                 self._release(batch[-1][0])
                 self.shipped += len(batch)
-        if self._client is not None:
-            self._client.close()
 
     def _idle(self) -> None:
         self.store.changed.wait(IDLE_WAIT_S)

@@ -26,7 +26,7 @@ from common.events import make_event
 from common.log import Logger
 from spool.__main__ import RETRY_S, Spool
 from spool.reader import iter_records
-from spool.ring import SpoolIOError
+from spool.ring import SpoolIOError, SpoolRing
 from tests.procutil import wait_for
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config
 
@@ -217,5 +217,56 @@ def test_an_unusable_state_dir_is_an_io_episode_not_a_crash(tmp_path: Path) -> N
         assert sorted(written(spool)) == ["a", "spool.io_error"]
         assert len(log_lines(out, "spool.io_error")) == 1
         spool.store.close()
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_shipper_dead_of_a_bug_makes_the_process_exit_1_for_a_restart(tmp_path: Path) -> None:
+    cfg = load(str(spool_config(tmp_path, vector_url="http://127.0.0.1:9/events")))
+    ipc.ensure_runtime_dir(cfg.paths.runtime_dir)
+    ctx = zmq.Context()
+    out = io.StringIO()
+    try:
+        spool = Spool(cfg, Logger("spool", stream=out), ctx)
+
+        def broken(*_: object) -> list:
+            raise RuntimeError("a bug")
+
+        spool.store.read_unshipped = broken  # type: ignore[method-assign]
+        spool.store.changed.set()
+
+        class Running:
+            stopping = False
+
+        assert spool.run(Running()) == 1     # type: ignore[arg-type]
+        assert log_lines(out, "ship.crashed")[0]["error"] == "RuntimeError: a bug"
+        assert log_lines(out, "process.stopped")
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_damage_found_at_open_is_reported_once(tmp_path: Path) -> None:
+    """A torn tail (a crash mid-write) is cut at open and recorded as one spool.recovered event."""
+    cfg = load(str(spool_config(tmp_path)))
+    path = Path(cfg.paths.state_dir) / "spool.dat"
+    path.parent.mkdir(parents=True)
+    with SpoolRing.open(str(path), 1 << 20) as ring:
+        ring.append([b'{"event_id":"old","type":"drain.evicted"}'])
+        tail = ring.stats()["tail_offset"]
+    with open(path, "r+b") as f:
+        f.seek(tail)
+        f.write(b"SPRR" + bytes(range(60)))      # half a record: what a crash mid-pwrite leaves
+    ipc.ensure_runtime_dir(cfg.paths.runtime_dir)
+    ctx = zmq.Context()
+    out = io.StringIO()
+    try:
+        spool = Spool(cfg, Logger("spool", stream=out), ctx)
+        spool.round(0)
+        spool.store.close()
+        events = [ujson.loads(r.payload) for r in iter_records(str(path), from_head=False)]
+        assert events[0]["event_id"] == "old"
+        [rec] = [e for e in events if e["type"] == "spool.recovered"]
+        assert rec["data"]["recovery_tail_cut"] is True and rec["data"]["recovered_records"] == 1
+        assert log_lines(out, "spool.recovered")
     finally:
         ctx.destroy(linger=0)
