@@ -18,6 +18,7 @@ import zmq
 
 from common import ipc
 from common.config import Config
+from common.contract import BUILTIN, Contract
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, notice_from_dict
@@ -28,13 +29,9 @@ from executor.agent_socket import AgentSocketError, AgentSocketServer
 from executor.kube import KubeApi, KubeError, NotOwnNode, Unreachable
 
 STATE_FILE = "executor.json"
+RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
 PUBLISH_EVERY_S = 1.0
 RETRY_AFTER_S = 1.0
-DEFAULT_TAINT_KEY = "sco.io/notice"
-# What each notice kind asks of the node until a contract says otherwise.
-DEFAULT_KIND_POLICY = {"reclaim": "drain", "maintenance": "drain", "rebalance": "cordon"}
-DEFAULT_CHECKPOINT_S = 15.0
-DEFAULT_MARGIN_S = 5.0
 
 
 class Executor:
@@ -49,7 +46,8 @@ class Executor:
         self.progress: dict[str, dict[str, Any]] = self._load()
         self.active: dict[str, Notice] = {}
         self.withdrawn: set[str] = set()
-        self.contract: dict[str, Any] = {}
+        # The built-in contract until the watcher publishes the signed one (within a second).
+        self.contract: Contract = BUILTIN
         self.retry_at: dict[str, float] = {}
         self.bad_messages = 0
         self.api = self._kube_api() if config.node.scheduler == "kubernetes" else None
@@ -82,12 +80,23 @@ class Executor:
         try:
             with open(self.state_path, "rb") as f:
                 doc = ujson.loads(f.read(4 << 20))
-            return doc if isinstance(doc, dict) else {}
         except FileNotFoundError:
             return {}
         except (ValueError, OSError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
             return {}
+        if not isinstance(doc, dict):
+            self.log.error("state.corrupt", path=self.state_path, error="not a JSON object")
+            return {}
+        # Records the executor cannot read (another version, a hand edit) are set aside, not
+        # crashed on: the drain is re-derived from the cluster, so only step timestamps are lost.
+        kept = {}
+        for nid, rec in doc.items():
+            if isinstance(rec, dict) and all(k in rec for k in RECORD_KEYS) and isinstance(rec["steps"], dict):
+                kept[nid] = rec
+            else:
+                self.log.error("state.record_dropped", notice_id=str(nid)[:200])
+        return kept
 
     def _save(self) -> None:
         try:
@@ -107,7 +116,7 @@ class Executor:
                 if topic == ipc.T_NOTICE:
                     self._on_notice_state(body)
                 elif topic == ipc.T_CONTRACT:
-                    self.contract = body
+                    self.contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.bad_messages += 1
                 self.log.warning("ipc.rejected", socket=ipc.WATCHER_PUB, error=str(e)[:300])
@@ -134,20 +143,15 @@ class Executor:
                 self._undo(nid, rec, now)
         self._collect_acks(now)
 
-    def _drain_budget(self) -> tuple[float, float]:
-        drain = self.contract.get("drain") or {}
-        return (float(drain.get("checkpoint_s", DEFAULT_CHECKPOINT_S)),
-                float(drain.get("margin_s", DEFAULT_MARGIN_S)))
-
     def _tell_clients(self, n: Notice, now: float) -> None:
         """Announce the notice on the agent socket (idempotent: an unchanged notice is not re-sent)."""
         rec = self.progress.get(n.id)
         if self.clients is None or rec is None or rec["state"] == "withdrawn":
             return
-        if self._policy(n.kind) != "drain":
+        if rec["policy"] != "drain":
             return
-        checkpoint_s, margin_s = self._drain_budget()
-        checkpoint_by = min(n.deadline - margin_s, n.received_at + checkpoint_s)
+        budget = rec["budget"]
+        checkpoint_by = min(n.deadline - budget["margin_s"], n.received_at + budget["checkpoint_s"])
         self.clients.announce({"id": n.id, "kind": n.kind, "deadline": n.to_dict()["deadline"],
                                "checkpoint_by": format_rfc3339(checkpoint_by)})
         if "clients_told" not in rec["steps"]:
@@ -168,14 +172,19 @@ class Executor:
             self.spool.emit("drain.checkpoint_acked", ack.notice_id, data, now)
 
     def _policy(self, kind: str) -> str:
-        policy = self.contract.get("kind_policy") or DEFAULT_KIND_POLICY
-        return str(policy.get(kind, "drain"))
+        return self.contract.action_for(kind)
 
     def _drain_step(self, n: Notice, now: float) -> None:
         rec = self.progress.get(n.id)
         if rec is None:
-            rec = self.progress[n.id] = {"kind": n.kind, "state": "running", "steps": {},
-                                         "received_at": n.received_at, "remaining": None}
+            # A drain keeps the budget it started with, whatever contract lands meanwhile.
+            drain = self.contract.drain
+            rec = self.progress[n.id] = {
+                "kind": n.kind, "state": "running", "steps": {}, "received_at": n.received_at,
+                "remaining": None, "contract_serial": self.contract.serial,
+                "taint_key": self.contract.taint_key, "policy": self._policy(n.kind),
+                "budget": {"budget_s": drain.budget_s, "checkpoint_s": drain.checkpoint_s,
+                           "evict_s": drain.evict_s, "margin_s": drain.margin_s}}
             self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
             self._save()
         if rec["state"] != "running" or now < self.retry_at.get(n.id, 0.0):
@@ -183,7 +192,7 @@ class Executor:
         if self.api is None:
             return
         steps = rec["steps"]
-        taint_key = str(self.contract.get("taint_key") or DEFAULT_TAINT_KEY)
+        taint_key = rec["taint_key"]
         try:
             if "cordoned" not in steps:
                 if self.config.executor.dry_run:
@@ -191,7 +200,7 @@ class Executor:
                 else:
                     kube_drain.cordon(self.api, taint_key, n.kind, n.id, n.to_dict()["deadline"])
                 self._step(n, rec, "cordoned", "drain.cordoned", {"taint_key": taint_key})
-            if self._policy(n.kind) != "drain":
+            if rec["policy"] != "drain":
                 rec["state"] = "cordoned_only"
                 self._save()
                 return
@@ -217,7 +226,7 @@ class Executor:
     def _undo(self, nid: str, rec: dict[str, Any], now: float) -> None:
         if self.api is None or now < self.retry_at.get(nid, 0.0):
             return
-        taint_key = str(self.contract.get("taint_key") or DEFAULT_TAINT_KEY)
+        taint_key = rec.get("taint_key", self.contract.taint_key)
         try:
             if "cordoned" in rec["steps"] and not self.config.executor.dry_run:
                 kube_drain.uncordon(self.api, taint_key, nid)
@@ -247,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         poller.register(ex.clients.fileno(), zmq.POLLIN)
     last_publish = 0.0
     while not stop.stopping:
-        events = dict(poller.poll(250))
+        # Idle, wake once a second (level-triggered state arrives every second anyway); while a
+        # drain runs, four times a second so retries and acks are not held back.
+        busy = any(r.get("state") == "running" for r in ex.progress.values())
+        events = dict(poller.poll(250 if busy else 1000))
         if ex.sub in events:
             ex.on_sub_readable()
         if ex.spool.sock in events:

@@ -25,6 +25,7 @@ from common.config import Config
 from common.events import make_event
 from common.log import Logger
 from common.runtime import StopFlag, start
+from common.timefmt import format_rfc3339
 from spool.ring import SpoolIOError, SpoolRing
 
 SPOOL_FILE = "spool.dat"
@@ -60,8 +61,7 @@ class Spool:
             self.ring = None
             return False
         stats = self.ring.stats()
-        self.log.info("spool.opened", path=self.path, **{k: v for k, v in stats.items()
-                                                         if isinstance(v, (int, float, str))})
+        self.log.info("spool.opened", **{k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
         if stats.get("recovered_cut_bytes") or stats.get("recovered_skipped"):
             self.own_event("spool.recovered", {k: stats.get(k) for k in
                                                ("recovered_cut_bytes", "recovered_skipped")})
@@ -132,9 +132,10 @@ class Spool:
         except SpoolIOError as e:
             self.log.error("spool.io_error", op="append", error=str(e))
             return False
-        if result.dropped:
-            data = {"dropped": result.dropped, "first_seq": result.dropped_first_seq,
-                    "last_seq": result.dropped_last_seq}
+        if result.dropped is not None:
+            d = result.dropped
+            data = {"dropped": d.count, "first_seq": d.first_seq, "last_seq": d.last_seq,
+                    "first_ts": format_rfc3339(d.first_ts), "last_ts": format_rfc3339(d.last_ts)}
             self.log.warning("spool.dropped", **data)
             self.own_event("spool.dropped", data)
         return True

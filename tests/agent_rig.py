@@ -62,8 +62,10 @@ class AgentRig:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         bindir = os.path.dirname(sys.executable)
+        # PYTHONPATH: the workers run this checkout's code even where another copy is installed.
         env.update(SCO_AGENT_CONFIG=self.config_path, SCO_AGENT_RUN_DIR=self.sup_dir,
-                   SCO_AGENT_LOG_DIR=self.log_dir, PATH=bindir + os.pathsep + env.get("PATH", ""))
+                   SCO_AGENT_LOG_DIR=self.log_dir, PATH=bindir + os.pathsep + env.get("PATH", ""),
+                   PYTHONPATH=REPO)
         return env
 
     def start(self, wait: bool = True) -> AgentRig:

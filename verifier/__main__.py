@@ -82,7 +82,7 @@ class Verifier:
                 self.log.warning("ipc.rejected", error=str(e)[:300])
 
     def margin(self) -> float:
-        drain = self.contract.get("drain") or {}
+        drain = (self.contract.get("contract") or {}).get("drain") or {}
         return float(drain.get("margin_s", DEFAULT_MARGIN_S))
 
     def check(self, now: float) -> None:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         poller.register(s, zmq.POLLIN)
     last_publish = 0.0
     while not stop.stopping:
-        events = dict(poller.poll(250))
+        events = dict(poller.poll(250 if v.active else 1000))
         if v.notices_sub in events:
             v._drain(v.notices_sub)
         if v.progress_sub in events:

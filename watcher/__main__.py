@@ -26,13 +26,14 @@ from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import SpoolLink, start
+from watcher.contract_keeper import ContractKeeper, contract_message
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import run_relay
 
 ANNOUNCE_EVERY_S = 1.0
-TICK_S = 0.25
+TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
 # A repeated error is logged (and sent to the spool) again only after this long;
 # every occurrence is still counted.
@@ -75,7 +76,10 @@ class Watcher:
         self.metadata_wake: asyncio.Event | None = None
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
         self.drained_pending: list[str] = []
-        self.last_announce = 0.0
+        self.changed = asyncio.Event()        # set: announce at the next turn of the tick loop
+        # The contract comes first: the drain budget must be known before any work lands.
+        self.contracts = ContractKeeper(config, log, self.spool.emit)
+        self.contracts.load()
 
     def _load_book(self) -> NoticeBook:
         node = self.config.node.name
@@ -250,32 +254,35 @@ class Watcher:
             self.log.error("state.write_failed", path=self.state_path, error=str(e))
 
     def announce(self) -> None:
+        ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
         snap = self.book.snapshot()
         ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
                                           "withdrawn": list(snap["withdrawn"]),
                                           "counters": dict(self.counters)})
-        self.last_announce = time.monotonic()
 
     def tick(self) -> None:
-        """Housekeeping every TICK_S: spool acks and resends, executor progress, the 1 s re-announce."""
+        """One turn of housekeeping: spool acks and resends, executor progress, the re-announce."""
         self.spool.on_readable()
         self.spool.tick()
         self.on_progress_readable()
-        if time.monotonic() - self.last_announce >= ANNOUNCE_EVERY_S:
-            now = time.time()
-            self.book.forget_old(now)
-            if self.book.dirty:
-                self.persist()
-            self.announce()
+        self.book.forget_old(time.time())
+        if self.book.dirty:
+            self.persist()
+        self.announce()
 
 
 async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:
+    """A turn every TICK_S (= the 1 s re-announce), or at once when ``changed`` (a new contract).
+
+    A change in the notices is announced where it happens, without waiting for a turn.
+    """
     while not stop.is_set():
+        w.changed.clear()
         w.tick()
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=TICK_S)
-        except TimeoutError:
-            pass
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(w.changed.wait())]
+        await asyncio.wait(waiters, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def run(config: Config, log: Logger) -> int:
@@ -290,6 +297,7 @@ async def run(config: Config, log: Logger) -> int:
         asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
         asyncio.create_task(poll_metadata(w, config, stop)),
         asyncio.create_task(tick_loop(w, stop)),
+        asyncio.create_task(w.contracts.run(stop, lambda contract: w.changed.set())),
     ]
     await stop.wait()
     for t in tasks:

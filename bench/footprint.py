@@ -1,0 +1,91 @@
+"""Memory and CPU of the whole agent: supervisord and the four workers, idle and after a drain.
+
+    python -m bench.footprint [--idle-seconds 60]
+
+The agent runs under a real supervisord against a real nats-server (relay
+connected), the AWS metadata emulator (polled every 5 s), a signed launch
+contract and 10 agent-socket clients, idle for 60 s; then a node with 110
+pods is drained and the same figures are taken right after. PSS is read from
+/proc/PID/smaps_rollup (RSS overstates shared pages). Ends with one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import ujson
+
+from bench.procstats import millicores, table
+from tests.procutil import wait_for
+from tests.stack import NODE, Stack
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUDGET_MIB = 40.0
+BUDGET_MILLICORES = 20.0
+CLIENTS = 10
+PODS = 110
+
+
+def agent_pids(stack: Stack) -> dict[str, int]:
+    pids = {"supervisord": stack.agent.proc.pid}
+    pids.update({name: pid for name, (_, pid) in stack.agent.status().items()})
+    return pids
+
+
+def start_clients(stack: Stack, n: int) -> list[subprocess.Popen]:
+    env = dict(os.environ, SCO_AGENT_SOCKET=stack.agent.settings["agent_socket"]["path"], PYTHONPATH=REPO)
+    code = ("import sys, time; from executor.checkpoint_client import on_notice; "
+            "on_notice(lambda n: None, name=sys.argv[1]); time.sleep(3600)")
+    return [subprocess.Popen([sys.executable, "-c", code, f"client-{i}"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="sco-footprint-")
+    drain = {"budget_s": 100, "checkpoint_s": 5, "evict_s": 60, "margin_s": 5}
+    with Stack(base, poll_interval_s=5.0, contract=drain) as stack:
+        clients = start_clients(stack, CLIENTS)
+        try:
+            wait_for(lambda: "relay.connected" in stack.agent.log("watcher"), 20, "relay connected")
+            time.sleep(5)   # settle: first poll, contract published, clients registered
+            pids = agent_pids(stack)
+            print(f"== idle for {args.idle_seconds:.0f} s: relay connected, metadata polled every 5 s, "
+                  f"signed contract loaded, {CLIENTS} agent-socket clients")
+            cpu = millicores(pids, args.idle_seconds)
+            idle_text, idle = table(pids, cpu)
+            print(idle_text)
+
+            for i in range(PODS):
+                stack.kube.add_pod(f"pod-{i}", NODE, owner=("ReplicaSet", f"rs-{i % 11}"))
+            doc = stack.publish_notice(deadline_in=110)
+            wait_for(lambda: stack.events_of("drain.done", doc["id"]) or stack.events_of("drain.overrun", doc["id"]),
+                     130, "a verdict")
+            verdict = (stack.events_of("drain.done", doc["id"]) or stack.events_of("drain.overrun", doc["id"]))[0]
+            pids = agent_pids(stack)
+            print(f"== right after a drain of {PODS} pods (verdict {verdict['type']}, "
+                  f"{len(stack.kube.pod_names(NODE))} pods left)")
+            after_text, after = table(pids, millicores(pids, 5.0))
+            print(after_text)
+        finally:
+            for c in clients:
+                c.terminate()
+            for c in clients:
+                c.wait(timeout=10)
+    print(f"== budget: {BUDGET_MIB:.0f} MiB and {BUDGET_MILLICORES:.0f} millicores per node "
+          f"(aws-node-termination-handler requested 64 MiB / 50 m)")
+    print(ujson.dumps({"idle_pss_mib": idle["pss"], "idle_uss_mib": idle["uss"], "idle_rss_mib": idle["rss"],
+                       "idle_millicores": idle["millicores"], "drain_pss_mib": after["pss"],
+                       "drain_rss_mib": after["rss"], "idle_pss_vs_budget": round(idle["pss"] / BUDGET_MIB, 3),
+                       "verdict": verdict["type"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

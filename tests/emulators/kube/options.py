@@ -1,0 +1,81 @@
+"""Emulator settings, declared once, validated at start and on every runtime change."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+POLICY_VERSIONS = ("v1", "v1beta1")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the emulated cluster behaves.
+
+    ``policy_versions`` are the policy/* versions served, preferred first: ("v1",) is a modern
+    server; ("v1beta1",) a 1.20 one (Eviction and PDB only as v1beta1).
+    """
+
+    policy_versions: tuple[str, ...] = ("v1",)  # () : no PDBs and no eviction (kubectl then DELETEs)
+    server_version: str = "v1.37.0"
+    # Simulated kubelet: starts pods bound to a node and finishes their graceful deletions.
+    kubelet: bool = True
+    # A terminating pod is removed after min(its grace period, grace_cap) seconds.
+    grace_cap: float = 1.0
+    # Seconds from a pod being bound to it running.
+    start_delay: float = 0.0
+    # Simulated ReplicaSet controller + scheduler: a deleted ReplicaSet-owned pod gets a
+    # replacement, and unbound pods are bound to a schedulable node, as in a real cluster.
+    replicasets: bool = True
+    # Period of the controller loop (kubelet, disruption controller, replicasets), seconds.
+    tick: float = 0.05
+    # Bearer token -> user name. Empty: any request is accepted (authenticated or not).
+    tokens: dict[str, str] = field(default_factory=dict)
+    # Watch events kept; a watch from an older resourceVersion gets 410 Gone.
+    history: int = 20000
+    # Seed for probabilistic faults, so a test run is reproducible.
+    fault_seed: int = 0
+
+    def __post_init__(self) -> None:
+        bad = [v for v in self.policy_versions if v not in POLICY_VERSIONS]
+        if bad or len(set(self.policy_versions)) != len(self.policy_versions):
+            raise ValueError(f"policy_versions must be drawn from {POLICY_VERSIONS}: {self.policy_versions}")
+        for name in ("grace_cap", "start_delay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.tick <= 0 or self.history < 10:
+            raise ValueError("tick must be > 0 and history >= 10")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.tokens.items()):
+            raise ValueError("tokens must map strings to strings")
+
+
+# Settings a running emulator accepts through POST /_emu/options.
+RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens")
+
+
+def with_changes(options: Options, changes: dict[str, Any]) -> Options:
+    """A validated copy with ``changes``; unknown or non-runtime keys are a ValueError."""
+    unknown = set(changes) - set(RUNTIME_SETTINGS)
+    if unknown:
+        raise ValueError(f"not runtime settings: {sorted(unknown)}; allowed: {list(RUNTIME_SETTINGS)}")
+    typed: dict[str, Any] = {}
+    for key, value in changes.items():
+        if key in ("kubelet", "replicasets"):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key} must be a boolean")
+            typed[key] = value
+        elif key in ("grace_cap", "start_delay"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{key} must be a number")
+            typed[key] = float(value)
+        else:
+            if not isinstance(value, dict):
+                raise ValueError("tokens must be an object")
+            typed[key] = dict(value)
+    return dataclasses.replace(options, **typed)
+
+
+def as_json(options: Options) -> dict[str, Any]:
+    out = dataclasses.asdict(options)
+    out["policy_versions"] = list(options.policy_versions)
+    return out

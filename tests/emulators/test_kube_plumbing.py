@@ -1,0 +1,244 @@
+"""Watch streams, auth, fault injection, 'down', tables and the control API of the emulator."""
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.emulators.kube import KubeApiServer, Options
+from tests.emulators.kube import objects as o
+from tests.emulators.kube.control import seed
+from tests.emulators.test_kube_http import Client
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[KubeApiServer]:
+    with KubeApiServer(options=Options(grace_cap=0.05), run_controllers=False) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api(server: KubeApiServer) -> Iterator[Client]:
+    server.reset()
+    seed(server, [o.node("n1"), o.node("n2")])
+    client = Client(server)
+    yield client
+    client.conn.close()
+
+
+def _watch(server: KubeApiServer, query: str, path: str = "/api/v1/pods") -> tuple[http.client.HTTPConnection, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", f"{path}?watch=1&{query}")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Transfer-Encoding") == "chunked"
+    return conn, resp
+
+
+def _events(resp: Any, n: int) -> list[tuple[str, str]]:
+    out = []
+    for _ in range(n):
+        event = json.loads(resp.readline())
+        out.append((event["type"], event["object"].get("metadata", {}).get("name", "")))
+    return out
+
+
+def _rv(api: Client) -> str:
+    return api.ok("GET", "/api/v1/pods")["metadata"]["resourceVersion"]
+
+
+# ----- watch -----
+def test_watch_from_resource_version_sees_changes_in_order(api: Client) -> None:
+    conn, resp = _watch(api.server, f"resourceVersion={_rv(api)}&timeoutSeconds=30")
+    api.ok("POST", "/api/v1/namespaces/default/pods", o.pod("p", "n1", phase=None))
+    api.ok("PATCH", "/api/v1/namespaces/default/pods/p", {"metadata": {"labels": {"x": "1"}}},
+           "application/merge-patch+json")
+    api.ok("DELETE", "/api/v1/namespaces/default/pods/p?gracePeriodSeconds=0")
+    first = json.loads(resp.readline())
+    assert first["type"] == "ADDED" and first["object"]["kind"] == "Pod" and first["object"]["apiVersion"] == "v1"
+    assert _events(resp, 2) == [("MODIFIED", "p"), ("DELETED", "p")]
+    conn.close()
+
+
+def test_watch_with_selectors_turns_leaving_into_deleted(api: Client) -> None:
+    seed(api.server, [o.pod("mine", "n1", labels={"app": "a"}), o.pod("theirs", "n2", labels={"app": "a"})])
+    conn, resp = _watch(api.server, "fieldSelector=spec.nodeName%3Dn1&labelSelector=app%3Da")
+    assert _events(resp, 1) == [("ADDED", "mine")]  # no resourceVersion: current state first
+    api.ok("PATCH", "/api/v1/namespaces/default/pods/theirs", {"metadata": {"labels": {"b": "1"}}},
+           "application/merge-patch+json")
+    api.ok("PATCH", "/api/v1/namespaces/default/pods/mine", {"metadata": {"labels": {"app": "z"}}},
+           "application/merge-patch+json")
+    assert _events(resp, 1) == [("DELETED", "mine")]
+    conn.close()
+
+
+def test_watch_ends_at_timeout(api: Client) -> None:
+    conn, resp = _watch(api.server, f"resourceVersion={_rv(api)}&timeoutSeconds=1")
+    assert resp.read() == b""  # the chunked stream terminates cleanly
+    conn.close()
+
+
+def test_watch_list_sends_initial_events_then_bookmark(api: Client) -> None:
+    seed(api.server, [o.pod("a", "n1")])
+    conn, resp = _watch(api.server, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                                    "&allowWatchBookmarks=true&timeoutSeconds=5")
+    assert _events(resp, 1) == [("ADDED", "a")]
+    bookmark = json.loads(resp.readline())
+    assert bookmark["type"] == "BOOKMARK"
+    assert bookmark["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    conn.close()
+
+
+def test_watch_from_compacted_resource_version_is_410() -> None:
+    with KubeApiServer(options=Options(history=10), run_controllers=False) as srv:
+        seed(srv, [o.node(f"n{i}") for i in range(20)])
+        conn, resp = _watch(srv, "resourceVersion=1", path="/api/v1/nodes")
+        event = json.loads(resp.readline())
+        assert event["type"] == "ERROR" and event["object"]["code"] == 410
+        assert event["object"]["reason"] == "Expired"
+        conn.close()
+
+
+def _connections_become(server: KubeApiServer, n: int) -> bool:
+    deadline = time.monotonic() + 10
+    while server.open_connections != n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return server.open_connections == n
+
+
+def test_idle_watch_ends_when_its_client_hangs_up(api: Client) -> None:
+    api.conn.close()
+    assert _connections_become(api.server, 0)
+    conn, _ = _watch(api.server, "timeoutSeconds=600")
+    assert api.server.open_connections == 1
+    conn.close()
+    assert _connections_become(api.server, 0)
+
+
+def test_malformed_content_length_is_400(api: Client) -> None:
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/nodes HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+
+
+def test_watch_as_table_for_kubectl_get_w(api: Client) -> None:
+    seed(api.server, [o.pod("a", "n1")])
+    conn = http.client.HTTPConnection("127.0.0.1", api.server.port, timeout=10)
+    conn.request("GET", "/api/v1/pods?watch=1&timeoutSeconds=5",
+                 headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    event = json.loads(conn.getresponse().readline())
+    assert event["object"]["kind"] == "Table"
+    assert event["object"]["rows"][0]["cells"][:3] == ["a", "1/1", "Running"]
+    conn.close()
+
+
+# ----- tables -----
+def test_node_table_shows_cordon(api: Client) -> None:
+    api.ok("PATCH", "/api/v1/nodes/n1", {"spec": {"unschedulable": True}}, "application/strategic-merge-patch+json")
+    code, doc, _ = api.call("GET", "/api/v1/nodes", headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    assert code == 200 and doc["kind"] == "Table"
+    assert [c["name"] for c in doc["columnDefinitions"] if c["priority"] == 0] == [
+        "Name", "Status", "Roles", "Age", "Version"]
+    assert [r["cells"][:2] for r in doc["rows"]] == [["n1", "Ready,SchedulingDisabled"], ["n2", "Ready"]]
+
+
+# ----- auth -----
+def test_token_map_refuses_unknown_tokens_and_logs_the_user() -> None:
+    with KubeApiServer(options=Options(tokens={"s3cret": "system:node:n1"}), run_controllers=False) as srv:
+        api = Client(srv)
+        code, doc, _ = api.call("GET", "/api/v1/nodes")
+        assert code == 401 and doc["reason"] == "Unauthorized"
+        assert api.call("GET", "/api/v1/nodes", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert api.call("GET", "/api/v1/nodes", headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert [(e["status"], e["user"]) for e in srv.log.since(0)] == [(401, None), (401, None), (200, "system:node:n1")]
+
+
+# ----- faults -----
+def test_error_fault_fires_count_times(api: Client) -> None:
+    api.server.faults.add({"path": r"/nodes/n1$", "method": "GET", "status": 503, "count": 1})
+    code, doc, _ = api.call("GET", "/api/v1/nodes/n1")
+    assert code == 503 and doc["kind"] == "Status"
+    assert api.call("GET", "/api/v1/nodes/n1")[0] == 200
+    assert [(e["status"], e["fault"]) for e in api.server.log.since(0)] == [(503, "error"), (200, None)]
+
+
+def test_429_fault_carries_retry_after(api: Client) -> None:
+    api.server.faults.add({"path": "eviction", "method": "POST", "status": 429, "retry_after": 3})
+    seed(api.server, [o.pod("p", "n1")])
+    code, _, resp = api.call("POST", "/api/v1/namespaces/default/pods/p/eviction", {"metadata": {"name": "p"}})
+    assert code == 429 and resp.getheader("Retry-After") == "3"
+    assert api.call("GET", "/api/v1/namespaces/default/pods/p")[1]["metadata"].get("deletionTimestamp") is None
+
+
+@pytest.mark.parametrize("rule", [{"action": "close"}, {"action": "hang", "seconds": 0.2}])
+def test_close_and_hang_faults_drop_the_connection(api: Client, rule: dict) -> None:
+    api.server.faults.add({"path": "/api/v1/nodes", **rule, "count": 1})
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+        api.call("GET", "/api/v1/nodes")
+    assert api.server.log.since(0)[-1]["status"] == 0
+
+
+def test_latency_fault_then_normal_answer(api: Client) -> None:
+    api.server.faults.add({"path": "/api/v1/nodes", "action": "latency", "seconds": 0.05})
+    assert api.call("GET", "/api/v1/nodes")[0] == 200
+    assert api.server.log.since(0)[-1]["fault"] == "latency"
+
+
+def test_probability_zero_never_fires(api: Client) -> None:
+    api.server.faults.add({"path": "", "probability": 0.0})
+    assert all(api.call("GET", "/api/v1/nodes")[0] == 200 for _ in range(5))
+
+
+def test_down_refuse_then_up_on_the_same_port(api: Client) -> None:
+    server = api.server
+    server.down("refuse")
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", server.port), timeout=2):
+        pass
+    control = http.client.HTTPConnection("127.0.0.1", server.control_port, timeout=5)
+    control.request("POST", "/_emu/up")
+    assert control.getresponse().status == 200
+    assert Client(server).call("GET", "/api/v1/nodes")[0] == 200
+
+
+def test_down_reset_drops_requests_but_control_answers(api: Client) -> None:
+    api.server.down("reset")
+    with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):
+        Client(api.server).call("GET", "/api/v1/nodes")
+    assert Client(api.server).call("GET", "/_emu/health")[1]["down"] == "reset"
+    api.server.up()
+    assert Client(api.server).call("GET", "/api/v1/nodes")[0] == 200
+
+
+# ----- control API -----
+def test_control_rejects_bad_input_with_400(api: Client) -> None:
+    assert api.call("POST", "/_emu/seed", {"objects": [{"kind": "Widget"}]})[0] == 400
+    assert api.call("POST", "/_emu/faults", {"path": "(", "action": "error"})[0] == 400
+    assert api.call("POST", "/_emu/faults", {"path": "x", "action": "explode"})[0] == 400
+    assert api.call("POST", "/_emu/options", {"grace_cap": "soon"})[0] == 400
+    assert api.call("POST", "/_emu/options", {"policy_versions": ["v1"]})[0] == 400
+    assert api.call("POST", "/_emu/seed", b"{not json")[0] == 400
+    assert api.call("GET", "/_emu/nothing")[0] == 404
+
+
+def test_control_log_since_and_clear(api: Client) -> None:
+    api.call("GET", "/api/v1/nodes/n1")
+    last = api.ok("GET", "/_emu/log")["last"]
+    api.call("DELETE", "/api/v1/nodes/n2")
+    entries = api.ok("GET", f"/_emu/log?since={last}")["entries"]
+    assert [(e["method"], e["path"], e["status"]) for e in entries] == [("DELETE", "/api/v1/nodes/n2", 200)]
+    api.call("DELETE", "/_emu/log")
+    assert api.ok("GET", "/_emu/log")["entries"] == []
+
+
+def test_reset_restores_options_and_clears_faults(api: Client) -> None:
+    api.ok("POST", "/_emu/options", {"grace_cap": 9})
+    api.ok("POST", "/_emu/faults", {"path": "x"})
+    api.ok("POST", "/_emu/reset")
+    assert api.ok("GET", "/_emu/options")["grace_cap"] == 0.05
+    assert api.ok("GET", "/_emu/faults")["faults"] == []
+    assert {n["metadata"]["name"] for n in api.ok("GET", "/api/v1/namespaces")["items"]} == {
+        "default", "kube-system", "kube-public", "kube-node-lease"}

@@ -1,0 +1,1 @@
+"""Debian-package Slurm test rig: install script, slurm.conf rendering, process guard."""

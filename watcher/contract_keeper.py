@@ -1,0 +1,136 @@
+"""The watcher's contract: loaded before anything else, refreshed every 60 s, never expired.
+
+Start: last-known-good, else the cloud-init launch subset, else the built-in
+contract (said loudly: log, event, status file). Then a conditional GET of the
+full bundle every 60 s with jitter, in a worker thread so a slow source never
+delays a notice. An accepted bundle is persisted as last-known-good before it
+is published; anything else leaves the node on the contract it has.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ujson
+
+from common.config import Config
+from common.contract import Contract
+from common.fsutil import write_atomic
+from common.log import Logger
+from watcher.contract_fetch import REFRESH_JITTER_S, RefreshState, apply_fetch, fetch, next_fetch_at
+from watcher.contract_store import load_startup, save_lkg
+from watcher.contract_verify import Accepted, NodeScope, Rejected
+
+LKG_FILE = "contract-lkg.json"
+STATUS_FILE = "contract.json"   # what `sco-agentctl status` shows; not trusted by anyone
+
+
+def contract_message(contract: Contract) -> dict[str, Any]:
+    """The body of the ``contract`` topic; receivers rebuild it with ``contract_from_message``."""
+    return {"source": contract.source, "contract": contract.to_dict()}
+
+
+class ContractKeeper:
+    def __init__(self, config: Config, log: Logger, emit: Callable[..., Any]) -> None:
+        self.config = config
+        self.log = log
+        self.emit = emit
+        self.scope = NodeScope(config.node.hall, config.node.node_class)
+        self.lkg_path = os.path.join(config.paths.state_dir, LKG_FILE)
+        self.status_path = os.path.join(config.paths.runtime_dir, STATUS_FILE)
+        self.keys: dict[str, bytes] = {}
+        self.state: RefreshState | None = None
+        self.counters: dict[str, int] = {}
+
+    @property
+    def contract(self) -> Contract:
+        assert self.state is not None, "load() first"
+        return self.state.contract
+
+    def load(self) -> Contract:
+        """Choose the start-up contract without any network; report every local file refused."""
+        c = self.config.contract
+        os.makedirs(self.config.paths.state_dir, mode=0o700, exist_ok=True)
+        loaded = load_startup(c.trust_dir, c.launch_path, self.lkg_path, self.scope)
+        self.keys = dict(loaded.trust.keys)
+        for problem in loaded.trust.problems:
+            self.log.error("contract.trust_problem", detail=problem[:300])
+        for source, outcome in (("launch", loaded.startup.launch), ("lkg", loaded.startup.lkg)):
+            if isinstance(outcome, Rejected):
+                self._rejected(outcome, source)
+        contract = loaded.startup.contract
+        self.state = RefreshState(contract)
+        if contract.source == "builtin":
+            drain = contract.drain
+            self.log.error("contract.builtin", detail="no signed contract: running on the built-in budget",
+                           budget_s=drain.budget_s, checkpoint_s=drain.checkpoint_s, evict_s=drain.evict_s,
+                           margin_s=drain.margin_s)
+            self.emit("contract.builtin", data={"budget_s": drain.budget_s, "reason": "no signed contract"})
+        else:
+            self.log.info("contract.loaded", source=contract.source, serial=contract.serial)
+            self.emit("contract.accepted", data={"serial": contract.serial, "source": contract.source})
+        self._write_status()
+        return contract
+
+    def _rejected(self, outcome: Rejected, source: str) -> None:
+        self.counters[outcome.reason] = self.counters.get(outcome.reason, 0) + 1
+        self.log.warning("contract.rejected", source=source, reason=outcome.reason, detail=outcome.detail[:300])
+        self.emit("contract.rejected", data={"source": source, "reason": outcome.reason,
+                                             "detail": outcome.detail[:300]})
+
+    def _write_status(self) -> None:
+        doc = {"source": self.contract.source, "contract": self.contract.to_dict(),
+               "failing": self.state.failing if self.state else None, "at": time.time()}
+        try:
+            write_atomic(self.status_path, ujson.dumps(doc).encode(), mode=0o644)
+        except OSError as e:
+            self.log.error("state.write_failed", path=self.status_path, error=str(e))
+
+    def refresh_once(self) -> bool:
+        """One conditional GET (blocking: run it in a thread). True when the contract changed."""
+        url = self.config.contract.url
+        if not url or self.state is None:
+            return False
+        old_failing = self.state.failing
+        self.state, outcome = apply_fetch(self.state, fetch(url, self.state.etag), self.scope, self.keys)
+        if isinstance(outcome, Accepted) and outcome.changed:
+            # Persist before publishing: a crash in between must not leave us on an older one.
+            try:
+                save_lkg(self.lkg_path, outcome.envelope)
+            except OSError as e:
+                self.log.error("contract.lkg_write_failed", error=str(e))
+            self.log.info("contract.accepted", serial=outcome.contract.serial, keyid=outcome.keyid)
+            self.emit("contract.accepted", data={"serial": outcome.contract.serial, "keyid": outcome.keyid,
+                                                 "source": "bundle"})
+            self._write_status()
+            return True
+        if isinstance(outcome, Rejected):
+            self.counters[outcome.reason] = self.counters.get(outcome.reason, 0) + 1
+            if outcome.reason != old_failing:   # a source that stays down is one event, not one a minute
+                self._rejected(outcome, "url")
+                self._write_status()
+        return False
+
+    async def run(self, stop: asyncio.Event, on_change: Callable[[Contract], None]) -> None:
+        """Refresh forever: first at once (the bundle may be newer than the launch subset)."""
+        if not self.config.contract.url:
+            return
+        interval = self.config.contract.refresh_s
+        rng = random.Random()
+        while not stop.is_set():
+            if await asyncio.to_thread(self.refresh_once):
+                on_change(self.contract)
+            due = next_fetch_at(time.monotonic(), interval, min(REFRESH_JITTER_S, interval / 6), rng.random)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, due - time.monotonic()))
+            except TimeoutError:
+                pass
+
+
+def contract_from_message(body: dict[str, Any]) -> Contract:
+    """Rebuild a published contract; ValueError on a bad one (the receiver keeps its current one)."""
+    return Contract.from_payload(body.get("contract"), source=str(body.get("source", "bundle")))
