@@ -4,7 +4,8 @@ Subcommands are dispatched to the package that owns the subject (contract
 commands live with the watcher, spool commands with the spool), imported only
 when used so `sco-agentctl status` stays quick.
 
-  sco-agentctl status                      processes, active notice, drain progress, verdicts
+  sco-agentctl status [--json]             processes, contract, active notice and its timeline, last verdict
+  sco-agentctl simulate --kind reclaim --in 120s   inject a local notice (game days)
   sco-agentctl supervisor ARGS...          supervisorctl with the agent's environment
   sco-agentctl contract keygen|sign|verify|show ...
   sco-agentctl spool stat|tail|dump ...
@@ -16,6 +17,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import ujson
@@ -62,12 +64,37 @@ def cmd_supervisor(args: argparse.Namespace, rest: list[str]) -> int:
                            env=_supervisor_env(args.config))
 
 
+def _spool_status(config: Any) -> dict[str, Any] | None:
+    """Spool fill and backlog, if the spool package offers a reader; None (left out) if not."""
+    try:
+        cli = importlib.import_module("spool.cli")
+    except ImportError:
+        cli = None
+    try:
+        if cli is not None and callable(getattr(cli, "status", None)):
+            return dict(cli.status(config))
+        reader = importlib.import_module("spool.reader")
+        stats = reader.read_stats(os.path.join(config.paths.state_dir, "spool.dat"))
+    except ImportError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return {"error": str(e)[:200]}
+    size = stats.get("size") or 0
+    return {"fill_pct": round(100.0 * stats.get("used_bytes", 0) / size, 1) if size else None,
+            "unshipped_records": stats.get("unshipped_records")}
+
+
 def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
+    opts = argparse.ArgumentParser(prog="sco-agentctl status")
+    opts.add_argument("--json", action="store_true", help="machine-readable output")
+    flags = opts.parse_args(rest)
     try:
         config = load(args.config)
     except ConfigError as e:
         print(f"sco-agentctl: {e}", file=sys.stderr)
         return 2
+    from verifier.status import render_text, summarize
+
     rd, sd = config.paths.runtime_dir, config.paths.state_dir
     supervisorctl = os.path.join(os.path.dirname(sys.executable), "supervisorctl")
     try:
@@ -75,16 +102,15 @@ def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
                                text=True, timeout=10, env=_supervisor_env(args.config)).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         procs = f"(supervisord unreachable: {e})"
-    status = {
-        "node": config.node.name,
-        "hall": config.node.hall,
-        "processes": [line for line in procs.splitlines() if line.strip()],
-        "notices": _read_json(os.path.join(rd, "notice.json")),
-        "contract": _read_json(os.path.join(rd, "contract.json")),
-        "drains": _read_json(os.path.join(rd, "executor.json")),
-        "verdicts": (_read_json(os.path.join(sd, "verdicts.json")) or {}).get("verdicts"),
-    }
-    print(ujson.dumps(status, indent=2))
+    summary = summarize(
+        node=config.node.name, hall=config.node.hall,
+        processes=[line for line in procs.splitlines() if line.strip()],
+        notices=_read_json(os.path.join(rd, "notice.json")),
+        contract=_read_json(os.path.join(rd, "contract.json")),
+        drains=_read_json(os.path.join(rd, "executor.json")),
+        verifier=_read_json(os.path.join(sd, "verdicts.json")),
+        spool=_spool_status(config), now=time.time())
+    print(ujson.dumps(summary, indent=2) if flags.json else render_text(summary), end="\n" if flags.json else "")
     return 0
 
 

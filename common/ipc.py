@@ -22,11 +22,11 @@ VERIFIER_PUB = "verifier.pub"    # verifier -> executor: escalation; verdicts
 SPOOL_INTAKE = "spool.intake"    # every process -> spool: events (DEALER -> ROUTER, acked)
 
 # Topics.
-T_NOTICE = b"notice"       # {"active": [notice...], "withdrawn": [id...], "gen": int}
+T_NOTICE = b"notice"       # {"active": [notice...], "withdrawn": [id...], "gen", "arrivals", "counters", "started_at"}
 T_CONTRACT = b"contract"   # the current contract (common.contract.Contract.to_dict())
 T_PROGRESS = b"progress"   # {"notices": {id: {"steps": {step: epoch}, ...}}}
-T_ESCALATE = b"escalate"   # {"notices": {id: level}}
-T_VERDICT = b"verdict"     # {"verdicts": {id: outcome}}
+T_ESCALATE = b"escalate"   # {"notices": {id: {"level": checkpoint_over|evict_over|final, "since": epoch}}}
+T_VERDICT = b"verdict"     # {"verdicts": {id: {"outcome", "at", "held_up_by", "left_count"}}}
 T_EVENT = b"event"         # spool intake: one event object
 T_ACK = b"ack"             # spool reply: {"ids": [event_id...]}
 

@@ -11,6 +11,6 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
 fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
-"$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
+"$VENV/bin/pip" install -q --disable-pip-version-check ".[test]"
 export PATH="$VENV/bin:$PATH"
 exec "$VENV/bin/python" -m tests.demo "$@"

@@ -152,8 +152,13 @@ class Executor:
             return
         budget = rec["budget"]
         checkpoint_by = min(n.deadline - budget["margin_s"], n.received_at + budget["checkpoint_s"])
-        self.clients.announce({"id": n.id, "kind": n.kind, "deadline": n.to_dict()["deadline"],
-                               "checkpoint_by": format_rfc3339(checkpoint_by)})
+        message = {"id": n.id, "kind": n.kind, "deadline": n.to_dict()["deadline"],
+                   "checkpoint_by": format_rfc3339(checkpoint_by)}
+        if self.config.executor.dry_run:
+            if "clients_told" not in rec["steps"]:
+                self._dry_run(n.id, "tell_clients", clients=len(self.clients.clients()), message=message)
+        else:
+            self.clients.announce(message)
         if "clients_told" not in rec["steps"]:
             told = len(self.clients.clients())
             self._step(n, rec, "clients_told", "drain.clients_told", {"clients": told})
@@ -196,7 +201,7 @@ class Executor:
         try:
             if "cordoned" not in steps:
                 if self.config.executor.dry_run:
-                    self.log.info("drain.dry_run", notice_id=n.id, action="cordon+taint")
+                    self._dry_run(n.id, "cordon+taint", taint_key=taint_key)
                 else:
                     kube_drain.cordon(self.api, taint_key, n.kind, n.id, n.to_dict()["deadline"])
                 self._step(n, rec, "cordoned", "drain.cordoned", {"taint_key": taint_key})
@@ -219,6 +224,8 @@ class Executor:
         rec["steps"][step] = now
         self._save()
         data = dict(data, since_received_ms=round((now - n.received_at) * 1000))
+        if self.config.executor.dry_run:
+            data["dry_run"] = True   # recorded as if done, so the verifier's timeline still runs
         self.log.info(event, notice_id=n.id, **data)
         self.spool.emit(event, n.id, data, now)
         self.publish()
@@ -228,8 +235,11 @@ class Executor:
             return
         taint_key = rec.get("taint_key", self.contract.taint_key)
         try:
-            if "cordoned" in rec["steps"] and not self.config.executor.dry_run:
-                kube_drain.uncordon(self.api, taint_key, nid)
+            if "cordoned" in rec["steps"]:
+                if self.config.executor.dry_run:
+                    self._dry_run(nid, "uncordon+untaint", taint_key=taint_key)
+                else:
+                    kube_drain.uncordon(self.api, taint_key, nid)
         except (Unreachable, KubeError) as e:
             self.retry_at[nid] = now + RETRY_AFTER_S
             self.log.warning("drain.error", notice_id=nid, error=str(e)[:300])
@@ -239,6 +249,11 @@ class Executor:
         self._save()
         self.log.info("drain.uncordoned", notice_id=nid)
         self.spool.emit("drain.uncordoned", nid, {}, now)
+
+    def _dry_run(self, nid: str, action: str, **detail: Any) -> None:
+        """executor.dry_run: say what would be done, to the log and the spool, and do nothing."""
+        self.log.info("drain.dry_run", notice_id=nid, action=action, **detail)
+        self.spool.emit("drain.dry_run", nid, dict(detail, action=action))
 
     def publish(self) -> None:
         ipc.send(self.pub, ipc.T_PROGRESS, {"notices": self.progress})

@@ -15,7 +15,7 @@ from typing import Any
 from tests.procutil import pid_alive, stop_pid, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROGRAMS = ("spool", "watcher", "executor", "verifier")
+PROGRAMS = ("spool", "watcher", "executor", "verifier", "listener")
 
 
 def toml_value(v: Any) -> str:
@@ -74,7 +74,7 @@ class AgentRig:
             self.proc = subprocess.Popen([supervisord, "-c", os.path.join(REPO, "supervisord.conf")],
                                          env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base)
         if wait:
-            wait_for(self.all_running, 30, "all four programs RUNNING")
+            wait_for(self.all_running, 30, "every program RUNNING")
         return self
 
     def ctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:

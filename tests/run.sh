@@ -20,7 +20,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 echo "== pip install -e .[test]"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
-"$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
+"$VENV/bin/pip" install -q --disable-pip-version-check ".[test]"
 
 # Real components the end-to-end tiers use, installed by the project's own scripts.
 if [ -x tests/rigs/slurm/install.sh ] || [ -f tests/rigs/slurm/install.sh ]; then

@@ -93,6 +93,9 @@ class Stack:
         self.agent = AgentRig(os.path.join(self.base, "agent"), settings)
         self._exit.callback(self.agent.stop)
         self.agent.start()
+        # NATS core has no replay: a notice published before the subscription exists is gone
+        # (in production the metadata poll covers that window). Tests publish after it.
+        wait_for(lambda: "relay.connected" in self.agent.log("watcher"), 20, "the watcher's relay subscription")
 
     def write_launch_contract(self, drain: dict[str, Any], serial: int = 1) -> str:
         """Sign a launch contract with a fresh key, as cloud-init would place it (trust dir + launch file)."""

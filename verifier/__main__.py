@@ -1,9 +1,13 @@
 """sco-verifier: owns the deadline clock of every notice and gives exactly one verdict.
 
 It listens to the watcher (which notices are active) and the executor (what
-the drain has done) and judges each notice ``done`` or ``overrun``. Verdicts
-are persisted before they are announced, so a verifier killed at any moment
-neither forgets a verdict nor gives a second one.
+the drain has done, what is still on the node) and judges each notice
+``done`` or ``overrun`` (verifier/core.py); at the contract's cutoffs it
+publishes level-triggered ``escalate`` state for the executor. Verdicts, and
+the events announcing them, are persisted before they are sent, and an event
+stays in the state file until the spool has acknowledged it: a verifier killed
+at any moment neither forgets a verdict nor gives a second one. Counters are
+kept in the same file and rendered to a Prometheus textfile (verifier/metrics.py).
 """
 from __future__ import annotations
 
@@ -19,12 +23,16 @@ from common import ipc
 from common.config import Config
 from common.fsutil import write_atomic
 from common.log import Logger
-from common.notice import Notice, notice_from_dict
+from common.notice import CHANNELS, Notice, notice_from_dict
 from common.runtime import SpoolLink, StopFlag, start
-from verifier.judge import DEFAULT_MARGIN_S, cutoff, judge
+from verifier import core, metrics
 
 STATE_FILE = "verdicts.json"
 PUBLISH_EVERY_S = 1.0
+# After a start, judge once the watcher, the contract and the executor have all
+# been heard -- or after this long without them (each re-announces every second),
+# so a restarted verifier never judges on half the picture.
+SETTLE_S = 3.0
 
 
 class Verifier:
@@ -38,30 +46,47 @@ class Verifier:
         self.spool = SpoolLink(ctx, config, "verifier", log)
         os.makedirs(config.paths.state_dir, exist_ok=True)
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
-        self.state = self._load()      # {"verdicts": {id: {...}}, "clocks": {id: cutoff}}
+        self.state = core.normalize(self._load())
+        self.started = time.time()
+        self.heard: set[bytes] = set()
         self.active: dict[str, Notice] = {}
+        self.withdrawn: frozenset[str] = frozenset()
+        self.arrivals: dict[str, dict[str, float]] = {}
         self.progress: dict[str, Any] = {}
+        self.progress_at = 0.0
         self.contract: dict[str, Any] = {}
+        self.move_step = "requeue" if config.node.scheduler == "slurm" else "evict"
         self.bad_messages = 0
+        self.metrics_path = config.metrics.textfile
+        self.metrics_dirty = True
+        self.metrics_failed = False
+        # Events persisted but not yet acknowledged by the spool go out again (same ids: deduped).
+        for eid, ev in list(self.state["unacked"].items()):
+            if ev.get("event_id") == eid and isinstance(ev.get("type"), str):
+                self.spool.outbox.pending[eid] = (0.0, ev)
+            else:
+                del self.state["unacked"][eid]
 
-    def _load(self) -> dict[str, Any]:
+    # -- persistence ----------------------------------------------------------------
+    def _load(self) -> Any:
         try:
             with open(self.state_path, "rb") as f:
-                doc = ujson.loads(f.read(4 << 20))
-            if isinstance(doc, dict):
-                doc.setdefault("verdicts", {})
-                doc.setdefault("clocks", {})
-                return doc
+                return ujson.loads(f.read(8 << 20))
         except FileNotFoundError:
-            pass
+            return None
         except (ValueError, OSError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-        return {"verdicts": {}, "clocks": {}}
+            return None
 
     def _save(self) -> None:
-        write_atomic(self.state_path, ujson.dumps(self.state).encode())
+        try:
+            write_atomic(self.state_path, ujson.dumps(self.state).encode())
+        except OSError as e:
+            # Announce anyway: a verdict the state dir could not keep is still a verdict.
+            self.log.error("state.write_failed", path=self.state_path, error=str(e)[:300])
 
-    def _drain(self, sock: zmq.Socket) -> None:
+    # -- inputs ---------------------------------------------------------------------
+    def on_readable(self, sock: zmq.Socket) -> None:
         while True:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
@@ -70,56 +95,118 @@ class Verifier:
             try:
                 topic, body = ipc.decode(frames)
                 if topic == ipc.T_NOTICE:
-                    self.active = {n.id: n for n in (notice_from_dict(d) for d in body.get("active") or [])}
+                    self._on_notices(body)
                 elif topic == ipc.T_CONTRACT:
-                    self.contract = body
+                    # {"source", "contract": {...}} as the watcher publishes it (watcher.contract_keeper).
+                    contract = body.get("contract")
+                    if not isinstance(contract, dict):
+                        raise ipc.BadMessage("contract message without a contract object")
+                    self.contract = contract
                 elif topic == ipc.T_PROGRESS:
                     notices = body.get("notices")
-                    if isinstance(notices, dict):
-                        self.progress = notices
+                    if not isinstance(notices, dict):
+                        raise ipc.BadMessage("progress without a notices object")
+                    self.progress = core.clean_progress(notices)
+                    self.progress_at = time.time()
+                self.heard.add(topic)
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.bad_messages += 1
                 self.log.warning("ipc.rejected", error=str(e)[:300])
 
-    def margin(self) -> float:
-        drain = (self.contract.get("contract") or {}).get("drain") or {}
-        return float(drain.get("margin_s", DEFAULT_MARGIN_S))
+    def _on_notices(self, body: dict[str, Any]) -> None:
+        active = {}
+        raw = body.get("active") or []
+        if not isinstance(raw, list):
+            raise ipc.BadMessage("active is not a list")
+        for d in raw:
+            try:
+                n = notice_from_dict(d)
+            except ValueError as e:
+                self.bad_messages += 1
+                self.log.warning("ipc.rejected", what="notice", error=str(e)[:300])
+                continue
+            if n.node in (self.config.node.name, "*"):
+                active[n.id] = n
+        withdrawn = body.get("withdrawn") or []
+        if not isinstance(withdrawn, (list, dict)):
+            raise ipc.BadMessage("withdrawn is not a list")
+        if len(active) != len(self.active):
+            self.metrics_dirty = True
+        self.active = active
+        self.withdrawn = frozenset(str(i) for i in withdrawn)
+        self.arrivals = _arrivals(body.get("arrivals"))
+        if core.count_rejections(self.state, body.get("started_at"), body.get("counters")):
+            self._save()
+            self.metrics_dirty = True
+
+    def on_acks(self) -> None:
+        self.spool.on_readable()
+        done = [eid for eid in self.state["unacked"] if eid not in self.spool.outbox.pending]
+        if done:
+            for eid in done:
+                del self.state["unacked"][eid]
+            self._save()
+
+    # -- the work -------------------------------------------------------------------
+    def ready(self, now: float) -> bool:
+        if ipc.T_NOTICE not in self.heard:
+            return False
+        return {ipc.T_CONTRACT, ipc.T_PROGRESS} <= self.heard or now - self.started >= SETTLE_S
+
+    def view(self) -> core.View:
+        return core.View(active=self.active, withdrawn=self.withdrawn, progress=self.progress,
+                         progress_at=self.progress_at, drain=self.contract.get("drain"),
+                         move_step=self.move_step, arrivals=self.arrivals)
 
     def check(self, now: float) -> None:
-        margin = self.margin()
-        for n in self.active.values():
-            if n.id in self.state["verdicts"]:
-                continue
-            if n.id not in self.state["clocks"]:
-                self.state["clocks"][n.id] = cutoff(n, margin)
-                self._save()
-                data = {"deadline": n.to_dict()["deadline"], "margin_s": margin,
-                        "seconds_left": round(n.deadline - now, 3)}
-                self.log.info("verifier.clock_started", notice_id=n.id, **data)
-                self.spool.emit("verifier.clock_started", n.id, data, now)
-            verdict = judge(n, self.progress.get(n.id), margin, now)
-            if verdict is None:
-                continue
-            # Persist first: a crash after this line re-announces, never re-judges.
-            self.state["verdicts"][n.id] = verdict.to_dict()
+        if not self.ready(now):
+            return
+        emits, changed = core.advance(self.state, self.view(), now)
+        events = []
+        for e in emits:
+            self.log.info(e.type, **{**e.data, "notice_id": e.notice_id})
+            if e.spool:
+                ev = self.spool.outbox.add(e.type, e.notice_id, e.data, now)
+                self.state["unacked"][ev["event_id"]] = ev
+                events.append(ev)
+        if changed or events:
+            # Persist first: a crash after this line re-sends, never re-judges.
             self._save()
-            data = verdict.to_dict()
-            data["timeline_ms"] = self.timeline(n, self.progress.get(n.id))
-            event = f"drain.{verdict.outcome}"
-            self.log.info(event, **data)
-            self.spool.emit(event, n.id, data, now)
+            self.metrics_dirty = True
+        for ev in events:
+            ipc.send(self.spool.sock, ipc.T_EVENT, ev)
+        if emits:
             self.publish()
 
-    @staticmethod
-    def timeline(n: Notice, progress: dict[str, Any] | None) -> dict[str, int]:
-        """Offsets in ms from the provider's issue time."""
-        out = {"received": round((n.received_at - n.issued_at) * 1000)}
-        for step, at in ((progress or {}).get("steps") or {}).items():
-            out[step] = round((at - n.issued_at) * 1000)
-        return out
-
     def publish(self) -> None:
-        ipc.send(self.pub, ipc.T_VERDICT, {"verdicts": self.state["verdicts"]})
+        ipc.send(self.pub, ipc.T_VERDICT, {"verdicts": core.published_verdicts(self.state, self.active)})
+        ipc.send(self.pub, ipc.T_ESCALATE, {"notices": core.escalations(self.state, self.active)})
+
+    def write_metrics(self) -> None:
+        if not self.metrics_path or not self.metrics_dirty:
+            return
+        self.metrics_dirty = False
+        text = metrics.render(self.state["metrics"], {"sco_agent_notices_active": len(self.active)})
+        try:
+            # 0644: node_exporter usually runs as its own user.
+            write_atomic(self.metrics_path, text.encode(), mode=0o644)
+            self.metrics_failed = False
+        except OSError as e:
+            if not self.metrics_failed:
+                self.log.error("metrics.write_failed", path=self.metrics_path, error=str(e)[:300])
+            self.metrics_failed = True
+
+
+def _arrivals(raw: Any) -> dict[str, dict[str, float]]:
+    """The watcher's per-channel arrival times, keeping only well-formed entries."""
+    out: dict[str, dict[str, float]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for nid, channels in raw.items():
+        if isinstance(channels, dict):
+            out[str(nid)] = {c: float(t) for c, t in channels.items()
+                             if c in CHANNELS and isinstance(t, (int, float)) and not isinstance(t, bool)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,18 +221,20 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.stopping:
         events = dict(poller.poll(250 if v.active else 1000))
         if v.notices_sub in events:
-            v._drain(v.notices_sub)
+            v.on_readable(v.notices_sub)
         if v.progress_sub in events:
-            v._drain(v.progress_sub)
+            v.on_readable(v.progress_sub)
         if v.spool.sock in events:
-            v.spool.on_readable()
+            v.on_acks()
         now = time.time()
         v.check(now)
         v.spool.tick(now)
         if now - last_publish >= PUBLISH_EVERY_S:
             v.publish()
             last_publish = now
+        v.write_metrics()
     v.spool.flush(1.0)
+    v.on_acks()
     ctx.destroy(linger=0)
     log.info("process.stopped")
     return 0

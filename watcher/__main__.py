@@ -27,6 +27,7 @@ from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import SpoolLink, start
 from watcher.contract_keeper import ContractKeeper, contract_message
+from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, MetadataSource
@@ -71,6 +72,8 @@ class Watcher:
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
+        # Counters restart with the process; the verifier tells starts apart by this.
+        self.started_at = time.time()
         self.throttle = Throttle(REPEAT_REPORT_S)
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
@@ -103,21 +106,35 @@ class Watcher:
         try:
             notice = parse_relay_payload(payload, self.config.relay.max_payload)
         except Rejected as e:
-            self.count(f"relay.rejected.{e.reason}")
-            if self.throttle.due(f"rejected.{e.reason}", now):
-                data = {"channel": "relay", "reason": e.reason, "detail": e.detail[:300], "size": len(payload),
-                        "count": self.counters[f"relay.rejected.{e.reason}"]}
-                self.log.warning("notice.rejected", subject=subject[:200], **data)
-                self.spool.emit("notice.rejected", data=data, now=now)
+            self.reject(e, "relay", len(payload), now, subject=subject[:200])
             return
         self.observe(notice.with_arrival("relay", now), now)
+
+    def on_injected(self) -> None:
+        """Notices written by `sco-agentctl simulate`: the "local" channel, validated like the relay's."""
+        for name, result in read_injected(inject_dir(self.config.paths.runtime_dir),
+                                          self.config.relay.max_payload):
+            now = time.time()
+            if isinstance(result, Rejected):
+                self.reject(result, "local", 0, now, file=name[:200])
+            else:
+                self.observe(result.with_arrival("local", now), now)
+
+    def reject(self, e: Rejected, channel: str, size: int, now: float, **where: str) -> None:
+        """Count every rejection; log and send it to the spool once a minute per reason."""
+        self.count(f"rejected.{e.reason}")
+        if self.throttle.due(f"rejected.{e.reason}", now):
+            data = {"channel": channel, "reason": e.reason, "detail": e.detail[:300], "size": size,
+                    "count": self.counters[f"rejected.{e.reason}"]}
+            self.log.warning("notice.rejected", **data, **where)
+            self.spool.emit("notice.rejected", data=data, now=now)
 
     def observe(self, notice: Notice, now: float) -> Outcome:
         gen = self.book.gen
         outcome = self.book.observe(notice, now)
-        self.count(f"notice.{outcome.action}.{notice.channel}")
+        self.count(f"{outcome.action}.{notice.channel}")
         if outcome.reason:
-            self.count(f"ignored.{outcome.reason}")
+            self.count(f"ignored.reason.{outcome.reason}")
         self._report(outcome, now)
         self._after_change(gen)
         return outcome
@@ -126,7 +143,7 @@ class Watcher:
         gen = self.book.gen
         outcome = self.book.withdraw(notice_id, now)
         if outcome is not None:
-            self.count(f"notice.withdrawn.{channel}")
+            self.count(f"withdrawn.{channel}")
             self._report(outcome, now)
             self._after_change(gen)
 
@@ -257,14 +274,16 @@ class Watcher:
         ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
         snap = self.book.snapshot()
         ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
-                                          "withdrawn": list(snap["withdrawn"]),
-                                          "counters": dict(self.counters)})
+                                          "withdrawn": list(snap["withdrawn"]), "arrivals": snap["arrivals"],
+                                          "counters": dict(self.counters), "started_at": self.started_at})
 
     def tick(self) -> None:
-        """One turn of housekeeping: spool acks and resends, executor progress, the re-announce."""
+        """One turn of housekeeping: spool acks and resends, executor progress, injected notices,
+        the re-announce."""
         self.spool.on_readable()
         self.spool.tick()
         self.on_progress_readable()
+        self.on_injected()
         self.book.forget_old(time.time())
         if self.book.dirty:
             self.persist()

@@ -165,14 +165,14 @@ class NoticeBook:
                 self.dirty = True
 
     def snapshot(self) -> dict[str, Any]:
-        """The announced (and persisted) state; ``arrivals`` rides along each notice."""
+        """The announced (and persisted) state; ``arrivals``: active id -> channel -> first arrival."""
         return {
             "node": self.node,
             "gen": self.gen,
-            "active": [{**n.to_dict(), "arrivals": dict(self.arrivals.get(n.id, {}))}
-                       for n in self.active.values()],
+            "active": [n.to_dict() for n in self.active.values()],
             "withdrawn": dict(self.withdrawn),
             "aliases": dict(self.aliases),
+            "arrivals": {nid: dict(self.arrivals.get(nid, {})) for nid in self.active},
         }
 
     @classmethod
@@ -182,11 +182,12 @@ class NoticeBook:
         Raises ValueError/TypeError on a malformed snapshot (the caller starts empty).
         """
         book = cls(node=node, gen=int(doc.get("gen", 0)))
+        arrivals = dict(doc.get("arrivals") or {})
         for d in doc.get("active", []):
             n = notice_from_dict(d)
             if n.node in (node, "*"):
                 book.active[n.id] = n
-                raw = d.get("arrivals") or {n.channel: n.received_at}
+                raw = arrivals.get(n.id) or {n.channel: n.received_at}
                 book.arrivals[n.id] = {str(c): float(t) for c, t in dict(raw).items()}
         for nid, when in dict(doc.get("withdrawn", {})).items():
             book.withdrawn[str(nid)] = float(when)

@@ -23,7 +23,7 @@ def test_second_channel_records_its_arrival_once_and_keeps_the_first():
     assert first.first_on_channel and not again.first_on_channel
     assert list(book.active) == ["n1"] and book.active["n1"].received_at == 1001.0
     assert book.arrivals["n1"] == {"relay": 1001.0, "metadata": 1003.0}
-    assert book.snapshot()["active"][0]["arrivals"] == {"relay": 1001.0, "metadata": 1003.0}
+    assert book.snapshot()["arrivals"]["n1"] == {"relay": 1001.0, "metadata": 1003.0}
 
 
 def test_withdrawal_by_the_other_channels_id_finds_the_notice():

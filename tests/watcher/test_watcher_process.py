@@ -46,11 +46,12 @@ def test_same_reclaim_on_relay_and_metadata_is_one_notice(nats, emu, rig_factory
     rig.wait_counter("relay.connected")
     spot = emu.aws_spot("terminate", in_s=120)
     nats.publish(NODE_SUBJECT, payload(deadline=spot["time"]))
-    rig.wait_counter("notice.duplicate.metadata", at_least=3)
+    rig.wait_counter("duplicate.metadata", at_least=3)
     (notice,) = rig.sub.active()
     assert notice["id"] == "n-1" and notice["channel"] == "relay"
-    assert set(notice["arrivals"]) == {"relay", "metadata"}
-    assert notice["arrivals"]["relay"] == notice["received_at"] <= notice["arrivals"]["metadata"]
+    arrivals = rig.sub.latest["arrivals"]["n-1"]
+    assert set(arrivals) == {"relay", "metadata"}
+    assert arrivals["relay"] == notice["received_at"] <= arrivals["metadata"]
     assert len(rig.spool.of_type("notice.received")) == 1
     (dup,) = rig.spool.of_type("notice.duplicate")
     assert dup["notice_id"] == "n-1" and dup["data"]["channel"] == "metadata"
@@ -113,7 +114,7 @@ def test_cancel_withdraws_the_notice(nats, rig_factory):
     nats.publish(NODE_SUBJECT, payload("n-1", kind="cancel"))
     wait_for(lambda: rig.sub.active() == [] and "n-1" in rig.sub.latest["withdrawn"], 10, "withdrawn")
     nats.publish(NODE_SUBJECT, payload("n-1"))     # a late repeat does not revive it
-    rig.wait_counter("ignored.withdrawn")
+    rig.wait_counter("ignored.reason.withdrawn")
     assert rig.sub.active() == [] and len(rig.spool.of_type("notice.withdrawn")) == 1
 
 
@@ -124,9 +125,9 @@ def test_other_nodes_and_garbage_are_counted_not_acted_on(nats, rig_factory):
         nats.publish(HALL_SUBJECT, payload("b-1", node="node-b"))
     nats.publish(NODE_SUBJECT, b"\xff{not json")
     nats.publish(NODE_SUBJECT, payload("x", deadline="tomorrow"))
-    rig.wait_counter("ignored.other_node", at_least=2)
-    rig.wait_counter("relay.rejected.bad_json")
-    rig.wait_counter("relay.rejected.bad_time")
+    rig.wait_counter("ignored.reason.other_node", at_least=2)
+    rig.wait_counter("rejected.bad_json")
+    rig.wait_counter("rejected.bad_time")
     assert rig.sub.active() == []
     assert len(rig.spool.of_type("notice.ignored")) == 1      # reported once, counted twice
     assert {e["data"]["reason"] for e in rig.spool.of_type("notice.rejected")} == {"bad_json", "bad_time"}
@@ -177,11 +178,11 @@ def test_azure_event_is_acknowledged_once_after_the_drain(emu, rig_factory):
             ipc.send(executor, ipc.T_PROGRESS, {"notices": {held["id"]: {"kind": "reclaim", "state": "done"}}})
             return bool(emu.azure_acks()["acks"])
         wait_for(acked, 10, "the acknowledgement", interval=0.2)
-        rounds = rig.sub.counters().get("notice.duplicate.metadata", 0)
+        rounds = rig.sub.counters().get("duplicate.metadata", 0)
 
         def more_rounds_with_done_repeated() -> bool:
             acked()
-            return rig.sub.counters().get("notice.duplicate.metadata", 0) >= rounds + 3
+            return rig.sub.counters().get("duplicate.metadata", 0) >= rounds + 3
         wait_for(more_rounds_with_done_repeated, 10, "three more rounds", interval=0.1)
         assert [a["event_ids"] for a in emu.azure_acks()["acks"]] == [[event]]
     finally:

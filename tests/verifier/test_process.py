@@ -1,0 +1,154 @@
+"""The real verifier process: one verdict per notice through SIGKILLs, escalation on the wire, the textfile."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import ujson
+
+from tests.procutil import wait_for
+from tests.verifier.promtext import parse, value
+from tests.verifier.rig import Peers, VerifierProcess, notice_dict
+
+
+def read_state(v: VerifierProcess) -> dict:
+    with open(os.path.join(v.state_dir, "verdicts.json"), "rb") as f:
+        return ujson.loads(f.read())
+
+
+@pytest.fixture
+def rig(tmp_path):
+    run_dir = str(tmp_path / "run")
+    peers = Peers(run_dir)
+    v = VerifierProcess(str(tmp_path), run_dir, metrics={"textfile": str(tmp_path / "sco_agent.prom")})
+    yield peers, v
+    v.stop()
+    peers.close()
+
+
+def finish(peers: Peers, nid: str) -> None:
+    """The executor reports a drain that emptied the node just now."""
+    now = time.time()
+    with peers.lock:
+        peers.progress[nid] = {"kind": "reclaim", "state": "done", "remaining": [],
+                               "steps": {"cordoned": now - 0.3, "clients_told": now - 0.2, "node_empty": now},
+                               "acks": {"job:7": {"status": "checkpointed", "at": now - 0.1}}}
+
+
+def test_early_drain_done_with_timeline_and_metrics(rig, tmp_path):
+    peers, v = rig
+    v.start()
+    peers.active = [notice_dict("n1", time.time() + 60, issued=time.time() - 1)]
+    finish(peers, "n1")
+    (ev,) = wait_for(lambda: peers.verdict_events("n1"), 10, "a verdict for n1")
+    assert ev["type"] == "drain.done" and ev["source"].startswith("verifier")
+    tl = ev["data"]["timeline_ms"]
+    assert {"issued", "received", "cordoned", "clients_told", "checkpoint_acks", "node_empty", "verdict"} <= set(tl)
+    assert set(tl["received"]) == {"relay"} and abs(tl["received"]["relay"] - 50) <= 1   # ms rounding of issued_at
+    assert tl["checkpoint_acks"][0]["client"] == "job:7"
+    assert tl["issued"] == 0 < tl["cordoned"] < tl["clients_told"] < tl["node_empty"] <= tl["verdict"]
+    assert wait_for(lambda: peers.verdicts.get("n1", {}).get("outcome") == "done", 5, "the verdict published")
+    prom = tmp_path / "sco_agent.prom"
+    fams = wait_for(lambda: prom.exists() and parse(prom.read_text()), 5, "the metrics textfile")
+    assert value(fams, "sco_agent_verdicts_total", outcome="done", held_up_by="none") == 1
+    assert value(fams, "sco_agent_notices_total", kind="reclaim", channel="relay") == 1
+    assert value(fams, "sco_agent_notice_to_empty_seconds_count") == 1
+    assert oct(os.stat(prom).st_mode & 0o777) == "0o644"
+
+
+def test_never_empty_is_overrun_with_escalation_published(rig):
+    peers, v = rig
+    peers.contract["drain"] = {"budget_s": 30, "checkpoint_s": 1, "evict_s": 30, "margin_s": 2}
+    v.start()
+    now = time.time()
+    peers.active = [notice_dict("n2", now + 6)]               # checkpoint over at +1 s, cutoff at +4 s
+    peers.progress["n2"] = {"state": "running", "remaining": ["ns/stuck"],
+                            "steps": {"cordoned": now + 0.1, "clients_told": now + 0.2}}
+    wait_for(lambda: peers.escalate.get("n2", {}).get("level") == "checkpoint_over", 10, "checkpoint_over")
+    (ev,) = wait_for(lambda: peers.verdict_events("n2"), 10, "an overrun")
+    assert ev["type"] == "drain.overrun"
+    assert (ev["data"]["held_up_by"], ev["data"]["left"]) == ("checkpoint", ["ns/stuck"])
+    assert wait_for(lambda: peers.escalate.get("n2", {}).get("level") == "final", 5, "final escalation")
+    # Eviction's end is clamped to the cutoff, so its level is passed on the way to "final".
+    levels = sorted(e["data"]["escalation"] for e in peers.of_type("drain.escalated", "n2"))
+    assert levels == ["checkpoint_over", "final"]
+
+
+def test_sigkill_before_and_after_the_cutoff_gives_exactly_one_verdict(rig):
+    peers, v = rig
+    v.start()
+    cutoff = time.time() + 3.0
+    peers.active = [notice_dict("a", cutoff + 2), notice_dict("b", cutoff + 2)]
+    peers.progress["b"] = {"state": "running", "remaining": ["ns/x"], "steps": {"cordoned": time.time()}}
+    wait_for(lambda: len(peers.of_type("verifier.clock_started")) == 2, 10, "both clocks started")
+    v.kill()                                       # before the cutoff
+    v.start()
+    wait_for(lambda: peers.verdict_events("a") and peers.verdict_events("b"), 15, "both verdicts")
+    v.kill()                                       # after the verdicts
+    assert time.time() > cutoff
+    v.start()
+    # A later notice is the barrier: once it is judged, the old ones have been looked at again.
+    peers.active = peers.active + [notice_dict("c", time.time() + 60)]
+    finish(peers, "c")
+    wait_for(lambda: peers.verdict_events("c"), 10, "a verdict for c")
+    assert [e["data"]["held_up_by"] for e in peers.verdict_events("a")] == ["cordon"]
+    assert [e["data"]["held_up_by"] for e in peers.verdict_events("b")] == ["evict"]
+    assert len(peers.of_type("verifier.clock_started")) == 3
+    state = read_state(v)
+    assert state["metrics"]["counters"]["sco_agent_verdicts_total"] == {
+        'outcome="overrun",held_up_by="cordon"': 1, 'outcome="overrun",held_up_by="evict"': 1,
+        'outcome="done",held_up_by="none"': 1}
+
+
+def test_down_across_the_cutoff_judged_on_restart_and_withdrawn_gets_none(rig):
+    peers, v = rig
+    v.start()
+    cutoff = time.time() + 2.0
+    peers.active = [notice_dict("late", cutoff + 2), notice_dict("gone", cutoff + 2)]
+    wait_for(lambda: len(peers.of_type("verifier.clock_started")) == 2, 10, "both clocks started")
+    v.kill()
+    peers.active = [notice_dict("late", cutoff + 2)]
+    peers.withdrawn = ["gone"]
+    wait_for(lambda: time.time() > cutoff + 1.0, 10, "the cutoff to pass while the verifier is down")
+    v.start()
+    (ev,) = wait_for(lambda: peers.verdict_events("late"), 10, "the overdue verdict")
+    assert ev["type"] == "drain.overrun"
+    peers.active = peers.active + [notice_dict("c", time.time() + 60)]
+    finish(peers, "c")
+    wait_for(lambda: peers.verdict_events("c"), 10, "a verdict for c")
+    assert peers.verdict_events("gone") == []
+    assert "verifier.clock_stopped" in v.log()
+
+
+def test_a_verdict_the_spool_never_acked_is_sent_again_after_sigkill(rig):
+    """Persisted before sent, kept until acknowledged: the same event (same id) reaches the spool later."""
+    peers, v = rig
+    peers.spool_up = False
+    v.start()
+    peers.active = [notice_dict("n3", time.time() + 60)]
+    finish(peers, "n3")
+    wait_for(lambda: peers.verdicts.get("n3"), 10, "the verdict published on verifier.pub")
+    v.kill()
+    state = read_state(v)
+    pending = [e for e in state["unacked"].values() if e["type"] == "drain.done"]
+    assert len(pending) == 1
+    peers.spool_up = True
+    v.start()
+    (ev,) = wait_for(lambda: peers.verdict_events("n3"), 10, "the resent verdict")
+    assert ev["event_id"] == pending[0]["event_id"]
+    wait_for(lambda: not read_state(v)["unacked"],
+             10, "the state file to forget acknowledged events")
+
+
+def test_rejections_from_the_watcher_reach_the_textfile(rig, tmp_path):
+    peers, v = rig
+    peers.counters = {"rejected.bad_json": 3, "new.relay": 1}
+    v.start()
+    prom = tmp_path / "sco_agent.prom"
+
+    def rejected():
+        fams = parse(prom.read_text())
+        return value(fams, "sco_agent_rejections_total", what="notice", reason="bad_json") == 3
+    wait_for(rejected, 10, "3 rejections in the textfile")
+    assert v.stop() == 0

@@ -1,0 +1,230 @@
+"""The verifier's decisions over plain data: clocks, escalations, verdicts and the counters they feed.
+
+``advance(state, view, now)`` is the whole policy: given the persisted state
+(a JSON-safe dict), what the verifier currently knows of the world (``View``)
+and the time, it updates the state and returns what to announce. The shell
+(verifier/__main__.py) persists the state *before* announcing anything, so a
+verifier killed at any instant neither forgets a verdict nor gives a second.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.notice import Notice
+from common.timefmt import format_rfc3339
+from verifier import metrics
+from verifier.judge import ESCALATION_LEVELS, Clock, escalation, judge, start_clock
+from verifier.timeline import timeline
+
+STATE_VERSION = 1
+# A verdict is remembered this long after its notice is gone; the watcher
+# forgets withdrawn ids after a day, and active notices are never forgotten
+# while active, so no notice can come back unjudged-looking and be judged twice.
+VERDICT_MEMORY_S = 7 * 86400.0
+MAX_LEFT = 100            # what was left, listed in a verdict event (the count is always exact)
+PUBLISHED_RECENT = 8      # verdicts of gone notices still re-announced on verifier.pub
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the verifier knows of the world right now (from the watcher and the executor)."""
+
+    active: dict[str, Notice]
+    withdrawn: frozenset[str] = frozenset()
+    progress: dict[str, Any] = field(default_factory=dict)
+    progress_at: float = 0.0                 # when the last progress report arrived (our clock)
+    drain: dict[str, Any] | None = None      # the contract's drain section
+    move_step: str = "evict"                 # "requeue" on Slurm
+    arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> channel -> epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Something to announce: an event (to the spool when ``spool``) and always a log line."""
+
+    type: str
+    notice_id: str
+    data: dict[str, Any]
+    spool: bool = True
+
+
+def as_number(x: Any) -> float:
+    """A finite JSON number as float; anything else (bool, string, null, inf) is 0."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x)
+    return 0.0
+
+
+def as_epoch(x: Any) -> float:
+    """A plausible epoch time (before the year 5000), else 0: absurd times must not overflow a timeline."""
+    t = as_number(x)
+    return t if 0 < t < 1e11 else 0.0
+
+
+def clean_progress(raw: Any) -> dict[str, dict[str, Any]]:
+    """The executor's progress, keeping only well-formed fields (the judge must never trip on input)."""
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for nid, rec in raw.items():
+        if not isinstance(rec, dict):
+            continue
+        steps = rec.get("steps") if isinstance(rec.get("steps"), dict) else {}
+        remaining = rec.get("remaining")
+        acks = rec.get("acks") if isinstance(rec.get("acks"), dict) else {}
+        out[str(nid)] = {
+            "state": str(rec.get("state", "")),
+            "phase": str(rec.get("phase", "")),
+            "steps": {str(k): as_epoch(v) for k, v in steps.items() if as_epoch(v)},
+            "remaining": [str(x) for x in remaining] if isinstance(remaining, list) else None,
+            "acks": {str(k): {"status": str(a.get("status", "")), "at": as_epoch(a.get("at"))}
+                     for k, a in acks.items() if isinstance(a, dict)},
+        }
+    return out
+
+
+def new_state() -> dict[str, Any]:
+    return {"version": STATE_VERSION, "clocks": {}, "verdicts": {}, "escalated": {},
+            "metrics": metrics.empty(), "rejections_seen": {}, "unacked": {}}
+
+
+def normalize(doc: Any) -> dict[str, Any]:
+    """A loaded state file with every key present; anything unusable starts fresh."""
+    state = new_state()
+    if isinstance(doc, dict):
+        for key, default in state.items():
+            value = doc.get(key, default)
+            state[key] = value if isinstance(value, type(default)) else default
+        m = state["metrics"]
+        if not isinstance(m.get("counters"), dict) or not isinstance(m.get("histograms"), dict):
+            state["metrics"] = metrics.empty()
+        state["clocks"] = {nid: c for nid, c in state["clocks"].items() if _valid_clock(c)}
+        for key in ("verdicts", "escalated", "unacked"):
+            state[key] = {k: v for k, v in state[key].items() if isinstance(v, dict)}
+    return state
+
+
+def _valid_clock(c: Any) -> bool:
+    try:
+        Clock.from_dict(c)
+        return True
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], bool]:
+    """Start clocks, escalate, judge; returns (what to announce, whether the state changed)."""
+    emits: list[Emit] = []
+    changed = _forget(state, view, now, emits)
+    for n in view.active.values():
+        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") == "done":
+            continue
+        if n.id not in state["clocks"]:
+            if n.id in state["verdicts"]:
+                continue   # judged, and its clock already dropped: nothing left to do
+            emits.append(_start(state, n, view, now))
+            changed = True
+        clock = Clock.from_dict(state["clocks"][n.id])
+        if _escalate(state, clock, now, emits):
+            changed = True
+        if n.id in state["verdicts"]:
+            continue
+        verdict = judge(clock, view.progress.get(n.id), view.progress_at, now, view.move_step)
+        if verdict is None:
+            continue
+        tl = timeline(n, view.progress.get(n.id), view.arrivals.get(n.id), verdict_at=now,
+                      escalations=state["escalated"].get(n.id))
+        data = verdict.to_dict()
+        data.update(kind=n.kind, channel=n.channel, timeline_ms=tl, left_count=len(verdict.left),
+                    left=list(verdict.left[:MAX_LEFT]), issued_at=format_rfc3339(clock.issued_at),
+                    cutoff=format_rfc3339(clock.cutoff),
+                    deadline=format_rfc3339(clock.deadline), margin_s=clock.margin_s)
+        if verdict.finished_at > clock.cutoff:
+            data["late_ms"] = round((verdict.finished_at - clock.cutoff) * 1000)
+        state["verdicts"][n.id] = data
+        metrics.inc(state["metrics"], "sco_agent_verdicts_total",
+                    (verdict.outcome, verdict.held_up_by or "none"))
+        metrics.observe_timeline(state["metrics"], tl)
+        emits.append(Emit(f"drain.{verdict.outcome}", n.id, data))
+        changed = True
+    return emits, changed
+
+
+def _start(state: dict[str, Any], n: Notice, view: View, now: float) -> Emit:
+    clock = start_clock(n, view.drain)
+    state["clocks"][n.id] = clock.to_dict()
+    metrics.inc(state["metrics"], "sco_agent_notices_total", metrics.notice_labels(n.kind, n.channel))
+    return Emit("verifier.clock_started", n.id, {
+        "kind": n.kind, "channel": n.channel, "deadline": format_rfc3339(clock.deadline),
+        "margin_s": clock.margin_s, "cutoff": format_rfc3339(clock.cutoff),
+        "checkpoint_by": format_rfc3339(clock.checkpoint_at), "evict_by": format_rfc3339(clock.evict_at),
+        "seconds_left": round(clock.cutoff - now, 3)})
+
+
+def _escalate(state: dict[str, Any], clock: Clock, now: float, emits: list[Emit]) -> bool:
+    """Record a newly passed cutoff once (and every level it skipped); True if one was."""
+    level = escalation(clock, now)
+    if level is None:
+        return False
+    name, since = level
+    seen = state["escalated"].setdefault(clock.notice_id, {})
+    if name in seen:
+        return False
+    for lower in ESCALATION_LEVELS[:ESCALATION_LEVELS.index(name)]:
+        seen.setdefault(lower, since)
+    seen[name] = since
+    metrics.inc(state["metrics"], "sco_agent_escalations_total", (name,))
+    emits.append(Emit("drain.escalated", clock.notice_id, {
+        "escalation": name, "since": format_rfc3339(since), "by": "verifier",
+        "seconds_to_cutoff": round(clock.cutoff - now, 3)}))
+    return True
+
+
+def _forget(state: dict[str, Any], view: View, now: float, emits: list[Emit]) -> bool:
+    """Drop clocks of withdrawn notices (no verdict is owed) and verdicts long gone."""
+    changed = False
+    for nid, c in list(state["clocks"].items()):
+        if nid in view.active:
+            continue
+        if nid in view.withdrawn or now > as_number(c.get("deadline")) + VERDICT_MEMORY_S:
+            del state["clocks"][nid]
+            state["escalated"].pop(nid, None)
+            changed = True
+            if nid not in state["verdicts"]:
+                emits.append(Emit("verifier.clock_stopped", nid, {"reason": "withdrawn"}, spool=False))
+    for nid, v in list(state["verdicts"].items()):
+        if nid not in view.active and nid not in state["clocks"] and now - as_number(v.get("at")) > VERDICT_MEMORY_S:
+            del state["verdicts"][nid]
+            state["escalated"].pop(nid, None)
+            changed = True
+    return changed
+
+
+def escalations(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, dict[str, Any]]:
+    """The level-triggered ``escalate`` message: the highest level of every open or overrun notice."""
+    out = {}
+    for nid, seen in state["escalated"].items():
+        if nid not in active or state["verdicts"].get(nid, {}).get("outcome") == "done" or not seen:
+            continue
+        level = max(seen, key=ESCALATION_LEVELS.index)
+        out[nid] = {"level": level, "since": seen[level]}
+    return out
+
+
+def published_verdicts(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, dict[str, Any]]:
+    """Verdicts of active notices and the few most recent others, without their timelines."""
+    verdicts = state["verdicts"]
+    recent = sorted(verdicts, key=lambda nid: as_number(verdicts[nid].get("at")))[-PUBLISHED_RECENT:]
+    keep = set(recent) | (set(active) & set(verdicts))
+    return {nid: {k: verdicts[nid].get(k) for k in ("outcome", "at", "held_up_by", "left_count")}
+            for nid in keep}
+
+
+def count_rejections(state: dict[str, Any], started_at: Any, counters: Any) -> bool:
+    """Add the watcher's new rejections to the persisted counters; True if there were any."""
+    deltas = metrics.rejection_deltas(state["rejections_seen"], started_at, counters)
+    for what, reason, n in deltas:
+        metrics.inc(state["metrics"], "sco_agent_rejections_total", (what, reason), n)
+    return bool(deltas)

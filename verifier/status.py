@@ -1,0 +1,163 @@
+"""The operator's view behind ``sco-agentctl status``: pure functions from the agent's files to a summary.
+
+``summarize`` takes what the command read (supervisorctl's status lines and
+the agent's state files, each possibly missing or damaged) and the time;
+``render_text`` turns the summary into a few readable lines. Reading the
+files and running supervisorctl is common/ctl.py's job.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import ujson
+
+from common.notice import Notice, notice_from_dict
+from common.timefmt import format_rfc3339
+from verifier.core import as_number
+from verifier.judge import ESCALATION_LEVELS, Clock, escalation, start_clock
+from verifier.timeline import timeline
+
+SHOW_REMAINING = 10
+
+
+def parse_processes(lines: list[str]) -> list[dict[str, str]]:
+    """``supervisorctl status`` lines -> [{"name", "state", "detail"}]; other lines kept as detail."""
+    out = []
+    for line in lines:
+        parts = line.split(None, 2)
+        if len(parts) >= 2 and parts[1].isupper():
+            out.append({"name": parts[0], "state": parts[1], "detail": parts[2].strip() if len(parts) > 2 else ""})
+        elif line.strip():
+            out.append({"name": "", "state": "", "detail": line.strip()})
+    return out
+
+
+def contract_view(doc: Any) -> dict[str, Any] | None:
+    """Serial and budget from contract.json: a plain contract, ``{"contract": ...}`` or a DSSE envelope.
+
+    Only shown, never trusted: the watcher verified it before writing it.
+    """
+    if not isinstance(doc, dict):
+        return None
+    if isinstance(doc.get("contract"), dict):
+        doc = doc["contract"]
+    elif isinstance(doc.get("payload"), str):
+        try:
+            doc = ujson.loads(base64.b64decode(doc["payload"], validate=True))
+        except (ValueError, binascii.Error):
+            return {"error": "unreadable envelope payload"}
+    if not isinstance(doc, dict):
+        return None
+    drain = doc.get("drain") if isinstance(doc.get("drain"), dict) else {}
+    return {"serial": doc.get("serial"), "hall": doc.get("hall"), "source": doc.get("source"),
+            **{k: drain.get(k) for k in ("budget_s", "checkpoint_s", "evict_s", "margin_s")}}
+
+
+def _notices(doc: Any) -> list[Notice]:
+    out = []
+    for d in (doc or {}).get("active", []) if isinstance(doc, dict) else []:
+        try:
+            out.append(notice_from_dict(d))
+        except ValueError:
+            continue
+    return out
+
+
+def _clock(n: Notice, verifier: dict[str, Any], contract: dict[str, Any] | None) -> Clock:
+    saved = (verifier.get("clocks") or {}).get(n.id)
+    if isinstance(saved, dict):
+        try:
+            return Clock.from_dict(saved)
+        except (KeyError, TypeError, ValueError):
+            pass
+    return start_clock(n, contract)
+
+
+def summarize(*, node: str, hall: str, processes: list[str], notices: Any, contract: Any,
+              drains: Any, verifier: Any, spool: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    verifier = verifier if isinstance(verifier, dict) else {}
+    drains = drains if isinstance(drains, dict) else {}
+    cview = contract_view(contract)
+    active = []
+    for n in _notices(notices):
+        clock = _clock(n, verifier, cview)
+        rec = drains.get(n.id) if isinstance(drains.get(n.id), dict) else {}
+        remaining = rec.get("remaining")
+        level = escalation(clock, now)
+        verdict = (verifier.get("verdicts") or {}).get(n.id)
+        active.append({
+            "id": n.id, "kind": n.kind, "channel": n.channel, "deadline": format_rfc3339(n.deadline),
+            "seconds_left": round(n.deadline - now, 1), "cutoff_in_s": round(clock.cutoff - now, 1),
+            "escalation": level[0] if level else None, "drain_state": rec.get("state"),
+            "remaining_count": len(remaining) if isinstance(remaining, list) else None,
+            "remaining": remaining[:SHOW_REMAINING] if isinstance(remaining, list) else None,
+            "verdict": verdict.get("outcome") if isinstance(verdict, dict) else None,
+            "timeline_ms": timeline(n, rec),
+        })
+    return {"node": node, "hall": hall, "processes": parse_processes(processes), "contract": cview,
+            "active": active, "last_verdict": last_verdict(verifier), "spool": spool}
+
+
+def last_verdict(verifier: dict[str, Any]) -> dict[str, Any] | None:
+    verdicts = [v for v in (verifier.get("verdicts") or {}).values() if isinstance(v, dict)]
+    if not verdicts:
+        return None
+    v = max(verdicts, key=lambda d: as_number(d.get("at")))
+    return {"notice_id": v.get("notice_id"), "outcome": v.get("outcome"), "held_up_by": v.get("held_up_by"),
+            "at": format_rfc3339(as_number(v.get("at"))), "left_count": v.get("left_count"),
+            "left": (v.get("left") or [])[:SHOW_REMAINING], "timeline_ms": v.get("timeline_ms")}
+
+
+def _timeline_text(tl: dict[str, Any] | None) -> str:
+    if not tl:
+        return "(none)"
+    parts = []
+    for key, value in tl.items():
+        if key == "received" and isinstance(value, dict):
+            parts += [f"received/{ch} {ms:+d}" for ch, ms in value.items()]
+        elif key == "checkpoint_acks" and isinstance(value, list):
+            parts += [f"ack {a.get('client')} {a.get('status')} {a.get('ms'):+d}" for a in value[:SHOW_REMAINING]]
+        elif isinstance(value, int):
+            parts.append(f"{key} {value:+d}")
+    return ", ".join(parts)
+
+
+def render_text(s: dict[str, Any]) -> str:
+    lines = [f"node {s['node']} (hall {s['hall']})", "processes:"]
+    for p in s["processes"] or [{"name": "", "state": "", "detail": "(none reported)"}]:
+        lines.append(f"  {p['name']:<10} {p['state']:<9} {p['detail']}".rstrip())
+    c = s["contract"]
+    if not c:
+        lines.append("contract: none on disk (built-in budget)")
+    elif "error" in c:
+        lines.append(f"contract: {c['error']}")
+    else:
+        lines.append(f"contract: serial {c['serial']}, budget {c['budget_s']} s (checkpoint {c['checkpoint_s']} s, "
+                     f"evict {c['evict_s']} s, margin {c['margin_s']} s)")
+    if not s["active"]:
+        lines.append("active notice: none")
+    for a in s["active"]:
+        lines.append(f"active notice: {a['id']} {a['kind']} via {a['channel']}, deadline {a['deadline']} "
+                     f"({a['seconds_left']} s left, cutoff in {a['cutoff_in_s']} s)")
+        state = f"  drain: {a['drain_state'] or 'not started'}"
+        if a["escalation"]:
+            state += f", escalation {a['escalation']} ({ESCALATION_LEVELS.index(a['escalation']) + 1}/3)"
+        if a["verdict"]:
+            state += f", verdict {a['verdict']}"
+        if a["remaining_count"] is not None:
+            state += f", {a['remaining_count']} left" + (f": {' '.join(a['remaining'])}" if a["remaining"] else "")
+        lines.append(state)
+        lines.append(f"  timeline (ms after issue): {_timeline_text(a['timeline_ms'])}")
+    v = s["last_verdict"]
+    if v:
+        held = f" held up by {v['held_up_by']}, {v['left_count']} left" if v["outcome"] == "overrun" else ""
+        lines.append(f"last verdict: {v['notice_id']} {v['outcome']} at {v['at']}{held}")
+        lines.append(f"  timeline (ms after issue): {_timeline_text(v['timeline_ms'])}")
+    else:
+        lines.append("last verdict: none")
+    sp = s["spool"]
+    if sp is not None:
+        lines.append("spool: " + ", ".join(f"{k} {v}" for k, v in sp.items()))
+    return "\n".join(lines) + "\n"
