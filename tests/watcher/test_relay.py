@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 from typing import Any, Self
 
 import pytest
 
+from tests.agent_rig import REPO
 from tests.nats_rig import NatsServer
 from tests.procutil import wait_for
 from tests.watcher import authkit
@@ -186,3 +190,16 @@ def test_a_seed_of_another_kind_is_refused(tmp_path):
     path.write_text(authkit.creds_text("a.b.c", account.seed))
     with pytest.raises(CredsError, match="not a user"):
         read_creds(str(path))
+
+
+def test_aiohttp_is_not_imported_unless_a_websocket_server_is_configured(tmp_path):
+    """nats-py imports aiohttp at import time when it is installed; only ws:// servers need it."""
+    fake = tmp_path / "aiohttp"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import os\nopen(os.environ['MARK'], 'w').close()\n")
+    code = "import sys; from watcher.relay import import_nats; import_nats(sys.argv[1:])"
+    for server, imported in (("nats://127.0.0.1:4222", False), ("ws://127.0.0.1:8080", True)):
+        mark = tmp_path / f"imported-{imported}"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]), MARK=str(mark))
+        subprocess.run([sys.executable, "-c", code, server], env=env, check=True, timeout=60)
+        assert mark.exists() is imported, server
