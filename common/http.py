@@ -35,7 +35,9 @@ class HttpClient:
     """Calls to one base URL, over one kept-alive connection that is rebuilt after any error."""
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, max_body: int = 1 << 20,
-                 ca_file: str = "", insecure: bool = False) -> None:
+                 ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "") -> None:
+        """``cert_file``/``key_file``: a TLS client certificate (e.g. the kubelet's node identity);
+        the key may be in the certificate file."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -51,6 +53,8 @@ class HttpClient:
             if insecure:
                 self._ssl.check_hostname = False
                 self._ssl.verify_mode = ssl.CERT_NONE
+            if cert_file:
+                self._ssl.load_cert_chain(cert_file, key_file or None)
         self._conn: http.client.HTTPConnection | None = None
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:

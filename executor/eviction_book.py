@@ -14,7 +14,9 @@ A pod's phases, and the answer that moves it (``_NEXT``)::
 
 Scheduling, before the evict cutoff: lanes (one PDB each) send one eviction
 at a time and never skip past a pod its PDB blocks; tier 1 (system-critical)
-starts once every tier-0 lane is done or blocked; pods whose workloads are
+starts once every tier-0 lane is done or stuck (its PDB has refused for
+``STUCK_AFTER_S``: a PDB with maxUnavailable 1 refuses after every eviction
+until that pod is gone, which is pace, not a block); pods whose workloads are
 still checkpointing (agent-socket clients that have not acked) wait until they
 ack or the checkpoint window ends. At the evict cutoff (the contract's clock,
 or the verifier's ``evict_over`` escalation) the order is lifted: every pod
@@ -38,6 +40,7 @@ _NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "error": RETRY, "
 ESCALATE_ON = ("blocked", "error")   # an unreachable server is not the pod's budget: just retry
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 1.0
+STUCK_AFTER_S = 3.0
 
 
 def retry_delay(attempts: int) -> float:
@@ -213,7 +216,7 @@ class EvictionBook:
         return now < self.deadlines.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
     def _lane_next(self, uids: tuple[str, ...], now: float, inputs: Inputs) -> tuple[str, str | None]:
-        """(lane state, uid to send): state is done | blocked | busy; one eviction per lane at a
+        """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
         time, and never past a pod its PDB blocks (the next one would be blocked too)."""
         waiting = False
         for uid in uids:
@@ -225,12 +228,10 @@ class EvictionBook:
             if self._held(uid, now, inputs):
                 waiting = True
                 continue
-            if st.phase == RETRY:
-                if st.last == "blocked" and st.retry_at > now:
-                    return ("busy" if waiting else "blocked"), None
-                if st.retry_at > now:
-                    return "busy", None
-            return ("busy" if waiting or st.last != "blocked" else "blocked"), uid
+            stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
+                     and now - st.blocked_since >= STUCK_AFTER_S)
+            state = "stuck" if stuck else "busy"
+            return state, (uid if st.phase == PENDING or st.retry_at <= now else None)
         return ("busy" if waiting else "done"), None
 
     def _by_the_book(self, now: float, inputs: Inputs) -> list[tuple[str, str]]:

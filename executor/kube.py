@@ -63,14 +63,16 @@ def pod_node(pod: dict[str, Any]) -> str:
 
 
 class KubeApi:
-    """REST calls for one node. ``node_token``: a separate credential for patching the Node only
-    (the service account whose admission policy allows taints; see docs/kubernetes.md)."""
+    """REST calls for one node, as a bearer ``token`` or a client certificate (``cert_file``, e.g.
+    the kubelet's: the node identity). ``node_token``: a separate credential for patching the Node
+    only (the service account whose admission policy allows taints; see docs/kubernetes.md)."""
 
     def __init__(self, api_url: str, node: str, token: str = "", ca_file: str = "",
-                 timeout_s: float = 5.0, node_token: str = "") -> None:
+                 timeout_s: float = 5.0, node_token: str = "", cert_file: str = "", key_file: str = "") -> None:
         self.node = node
-        self._args = (api_url, node, token, ca_file, timeout_s, node_token)
-        self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, ca_file=ca_file)
+        self._args = (api_url, node, token, ca_file, timeout_s, node_token, cert_file, key_file)
+        self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, ca_file=ca_file,
+                               cert_file=cert_file, key_file=key_file)
         self.headers = {"Accept": "application/json", "User-Agent": "sco-agent"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"

@@ -40,7 +40,8 @@ def api_factory(config: Config) -> Callable[[], KubeApi] | None:
 
     def make() -> KubeApi:
         return KubeApi(k.api_url, config.node.name, _read_token(k.token_file), k.ca_file, k.timeout_s,
-                       node_token=_read_token(k.taint_token_file))
+                       node_token=_read_token(k.taint_token_file), cert_file=k.client_cert_file,
+                       key_file=k.client_key_file)
     return make
 
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 import pytest
 
 from executor.drain_plan import deadlines
-from executor.eviction_book import ACCEPTED, GONE, RETRY, Answer, EvictionBook, Inputs, PodState, transition
+from executor.eviction_book import (
+    ACCEPTED,
+    GONE,
+    RETRY,
+    STUCK_AFTER_S,
+    Answer,
+    EvictionBook,
+    Inputs,
+    PodState,
+    transition,
+)
 from tests.kube.podspecs import pdb, pod
 
 T0 = 1000.0
@@ -65,13 +75,21 @@ def test_backoff_never_exceeds_a_second():
     assert transition(st, Answer("blocked"), T0).retry_at == T0 + 1.0
 
 
-def test_critical_pods_wait_until_every_ordinary_lane_is_done_or_blocked():
+def test_critical_pods_wait_until_every_ordinary_lane_is_done_or_stuck():
     b = book([pod("app"), pod("dns", ns="kube-system", priority_class="system-node-critical")] + WEB, WEB_PDB)
     assert names(send(b, T0)[0]) == ["web-0", "app"]
     b.answer(uid("app"), Answer("accepted"), T0)
     assert names(send(b, T0)[0]) == []                       # the web lane is still busy
-    b.answer(uid("web-0"), Answer("blocked", "429", "web"), T0)
-    assert names(send(b, T0)[0]) == ["dns"]                  # web is blocked: the critical tier may go
+    b.answer(uid("web-0"), Answer("accepted"), T0)
+    assert names(send(b, T0)[0]) == ["web-1"]
+    b.answer(uid("web-1"), Answer("blocked", "429", "web"), T0)
+    assert names(send(b, T0 + 0.05)[0]) == []                # a 429 is the PDB's pace, not a block
+    t = T0 + 1.0                                             # the backoff's cap: always due again
+    while t < T0 + STUCK_AFTER_S:                            # ... until it has refused for a while
+        assert names(send(b, t)[0]) == ["web-1"]
+        b.answer(uid("web-1"), Answer("blocked", "429", "web"), t)
+        t += 1.0
+    assert names(send(b, t)[0]) == ["web-1", "dns"]          # stuck: the critical tier may go
 
 
 def test_pods_still_checkpointing_wait_for_their_ack_or_the_window_end():
