@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import queue
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -37,11 +38,15 @@ def api_factory(config: Config) -> Callable[[], KubeApi] | None:
     k = config.kubernetes
     if not k.api_url:
         return None
+    shared: list[ssl.SSLContext | None] = []   # one TLS context for every thread (~1 MiB each)
 
     def make() -> KubeApi:
-        return KubeApi(k.api_url, config.node.name, _read_token(k.token_file), k.ca_file, k.timeout_s,
-                       node_token=_read_token(k.taint_token_file), cert_file=k.client_cert_file,
-                       key_file=k.client_key_file)
+        api = KubeApi(k.api_url, config.node.name, _read_token(k.token_file), k.ca_file, k.timeout_s,
+                      node_token=_read_token(k.taint_token_file), cert_file=k.client_cert_file,
+                      key_file=k.client_key_file, tls=shared[0] if shared else None)
+        if not shared:
+            shared.append(api.http.tls)
+        return api
     return make
 
 
