@@ -42,6 +42,7 @@ RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "
 PUBLISH_EVERY_S = 1.0
 ESCALATED = ("evict_over", "final")   # verifier levels at which PDB-blocked pods are escalated
 END_STATES = ("done", "cordoned_only", "ended")
+SAVE_EVERY_S = 0.2
 
 
 class Executor:
@@ -56,6 +57,7 @@ class Executor:
         self.state_path = os.path.join(rd, STATE_FILE)
         # The built-in contract until the watcher publishes the signed one (within a second).
         self.contract: Contract = BUILTIN
+        self.unsaved, self.saved_at = False, 0.0
         self.progress: dict[str, dict[str, Any]] = self._load()
         self.active: dict[str, Notice] = {}
         self.withdrawn: set[str] = set()
@@ -118,6 +120,7 @@ class Executor:
         return rec
 
     def _save(self) -> None:
+        self.unsaved, self.saved_at = False, time.time()
         try:
             write_atomic(self.state_path, ujson.dumps(self.progress).encode())
         except OSError as e:
@@ -272,14 +275,18 @@ class Executor:
     def on_reports(self, now: float) -> None:
         if self.kube is None:
             return
-        dirty = False
+        changed = False
         for r in self.kube.reports():
             rec = self.progress.get(r.notice_id)
             if rec is not None:
-                dirty = self._apply(r, rec, now) or dirty
-        if dirty:
-            self._save()
+                changed = self._apply(r, rec, now) or changed
+        if changed:
             self.publish()
+            self.unsaved = True
+        # Per-pod records are saved at most every SAVE_EVERY_S (steps and state changes at once):
+        # a restart re-reads the cluster anyway, where an evicted pod shows as terminating.
+        if self.unsaved and now - self.saved_at >= SAVE_EVERY_S:
+            self._save()
 
     def _apply(self, r: Report, rec: dict[str, Any], now: float) -> bool:
         """One report onto its progress record; True if the record changed."""
@@ -311,6 +318,7 @@ class Executor:
             if rec["state"] == "withdrawn" or (r.name != "withdrawn" and nid in self.withdrawn):
                 return False   # a late report from a drain that was stopped
             rec["state"] = r.name
+            self._save()
             if r.name in END_STATES + ("withdrawn",) and self.kube is not None:
                 self.kube.finished(nid)
         elif r.kind == "log":
