@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ujson
 import zmq
@@ -27,6 +27,9 @@ from common.timefmt import format_rfc3339
 from executor import kube_drain
 from executor.agent_socket import AgentSocketError, AgentSocketServer
 from executor.kube import KubeApi, KubeError, NotOwnNode, Unreachable
+
+if TYPE_CHECKING:
+    from executor.slurm_drain import SlurmDrain
 
 STATE_FILE = "executor.json"
 RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
@@ -52,6 +55,12 @@ class Executor:
         self.bad_messages = 0
         self.api = self._kube_api() if config.node.scheduler == "kubernetes" else None
         self.clients = self._agent_socket()
+        # Slurm (issue 6): on a Slurm node executor.slurm_drain does the drain steps instead of Kubernetes.
+        self.slurm: SlurmDrain | None = None
+        if config.node.scheduler == "slurm":
+            from executor import slurm_drain  # imported only where used (subprocess, /proc scanning)
+
+            self.slurm = slurm_drain.build(config, ctx, log, self.spool, self._step, self._save)
 
     def _agent_socket(self) -> AgentSocketServer | None:
         s = self.config.agent_socket
@@ -189,6 +198,9 @@ class Executor:
             self._save()
         if rec["state"] != "running" or now < self.retry_at.get(n.id, 0.0):
             return
+        if self.slurm is not None:  # Slurm (issue 6)
+            self.slurm.step(n, rec, now, self.contract.slurm)
+            return
         if self.api is None:
             return
         steps = rec["steps"]
@@ -224,6 +236,9 @@ class Executor:
         self.publish()
 
     def _undo(self, nid: str, rec: dict[str, Any], now: float) -> None:
+        if self.slurm is not None:  # Slurm (issue 6): RESUME only the agent's own drain
+            self.slurm.undo(nid, rec, now, other_notices=bool(self.active.keys() - {nid}))
+            return
         if self.api is None or now < self.retry_at.get(nid, 0.0):
             return
         taint_key = rec.get("taint_key", self.contract.taint_key)
