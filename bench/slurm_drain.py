@@ -18,6 +18,7 @@ Between trials the node is resumed and a new job started. Ends with one JSON lin
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         rig.reset()
         rig.stop()
+    shutil.rmtree(base, ignore_errors=True)  # kept (rig logs) only when a trial failed
     figures = {name: summary([r[name] for r in results]) for name, _ in STEPS}
     for name, s in figures.items():
         print(f"notice -> {name}: median {s['median']} ms (min {s['min']}, max {s['max']}) over {args.trials} trials")
