@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ujson
 import zmq
@@ -30,12 +30,15 @@ from common.log import Logger
 from common.notice import Notice, notice_from_dict
 from common.runtime import SpoolLink, StopFlag, start
 from common.timefmt import format_rfc3339
-from executor import workload_map
+from executor import escalation, workload_map
 from executor.agent_socket import AgentSocketError, AgentSocketServer
 from executor.drain_plan import deadlines
 from executor.eviction_book import Inputs
 from executor.kube_driver import KubeDriver, api_factory
 from executor.kube_runner import Report
+
+if TYPE_CHECKING:
+    from executor.slurm_drain import SlurmDrain
 
 STATE_FILE = "executor.json"
 RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
@@ -57,6 +60,10 @@ class Executor:
         self.state_path = os.path.join(rd, STATE_FILE)
         # The built-in contract until the watcher publishes the signed one (within a second).
         self.contract: Contract = BUILTIN
+        # A new drain starts only once the watcher's contract has been heard: it sends the contract
+        # before the notice in every announcement, so this costs nothing but closes the window in
+        # which a restarted executor would start a drain on the built-in budget.
+        self.contract_heard = False
         self.unsaved, self.saved_at = False, 0.0
         self.progress: dict[str, dict[str, Any]] = self._load()
         self.active: dict[str, Notice] = {}
@@ -66,6 +73,16 @@ class Executor:
         self.kube = self._kube_driver() if config.node.scheduler == "kubernetes" else None
         self.clients = self._agent_socket()
         self.client_pods: dict[int, str | None] = {}   # agent-socket client -> its pod UID
+        # On a Slurm node executor.slurm_drain does the drain steps instead of Kubernetes.
+        self.slurm: SlurmDrain | None = None
+        if config.node.scheduler == "slurm":
+            from executor import slurm_drain  # imported only where used (subprocess, /proc scanning)
+
+            def step(n: Notice, rec: dict[str, Any], name: str, event: str, data: dict[str, Any]) -> None:
+                self._step(n.id, rec, name, event, data, time.time())
+
+            self.slurm = slurm_drain.build(config, log, self.spool, step, self._save,
+                                           lambda nid: self.escalated.get(nid))
 
     def _agent_socket(self) -> AgentSocketServer | None:
         s = self.config.agent_socket
@@ -139,6 +156,7 @@ class Executor:
                     self._on_notice_state(body)
                 elif topic == ipc.T_CONTRACT:
                     self.contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
+                    self.contract_heard = True
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.bad_messages += 1
                 self.log.warning("ipc.rejected", socket=ipc.WATCHER_PUB, error=str(e)[:300])
@@ -151,12 +169,7 @@ class Executor:
                 return
             try:
                 _, body = ipc.decode(frames)
-                notices = body.get("notices")
-                if not isinstance(notices, dict):
-                    raise TypeError("escalate: 'notices' is not an object")
-                # {id: {"level": ..., "since": ...}}; a bare level string is accepted too.
-                self.escalated = {str(nid): str(v.get("level") if isinstance(v, dict) else v)
-                                  for nid, v in notices.items()}
+                self.escalated = escalation.parse(body)
             except (ipc.BadMessage, ValueError, TypeError, AttributeError) as e:
                 self.bad_messages += 1
                 self.log.warning("ipc.rejected", socket=ipc.VERIFIER_PUB, error=str(e)[:300])
@@ -245,6 +258,8 @@ class Executor:
 
     def _drain_step(self, n: Notice, now: float) -> None:
         rec = self.progress.get(n.id)
+        if rec is None and not self.contract_heard:
+            return
         if rec is None:
             # A drain keeps the budget and choices it started with, whatever contract lands meanwhile.
             drain = self.contract.drain
@@ -256,7 +271,11 @@ class Executor:
                            "evict_s": drain.evict_s, "margin_s": drain.margin_s}})
             self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
             self._save()
-        if rec["state"] == "running" and self.kube is not None:
+        if rec["state"] != "running":
+            return
+        if self.slurm is not None:
+            self.slurm.step(n, rec, now, self.contract.slurm)
+        elif self.kube is not None:
             self.kube.drain(n, rec, self._inputs(n), now)
 
     def _step(self, nid: str, rec: dict[str, Any], step: str, event: str, data: dict[str, Any],
@@ -269,6 +288,9 @@ class Executor:
         self.publish()
 
     def _undo(self, nid: str, rec: dict[str, Any]) -> None:
+        if self.slurm is not None:   # RESUME only the agent's own drain
+            self.slurm.undo(nid, rec, time.time(), other_notices=bool(self.active.keys() - {nid}))
+            return
         if self.kube is None:
             return
         if "cordoned" not in rec["steps"] and "lb_excluded" not in rec["steps"]:
