@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from executor.slurm_drain import SlurmDrain
 
 STATE_FILE = "executor.json"
+TELL_CLIENTS_AFTER_S = 2.0   # tell clients at the latest this long after receipt, cordoned or not
 RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
 PUBLISH_EVERY_S = 1.0
 ESCALATED = ("evict_over", "final")   # verifier levels at which PDB-blocked pods are escalated
@@ -206,6 +207,12 @@ class Executor:
         if self.clients is None or rec is None or rec["state"] == "withdrawn":
             return
         if rec["policy"] != "drain":
+            return
+        steps = rec["steps"]
+        # Cordon first, so nothing new lands while workloads checkpoint; but never let a slow or
+        # unreachable scheduler keep the workloads from hearing the notice for long.
+        if ("cordoned" not in steps and "fallback" not in steps
+                and now - rec["received_at"] < TELL_CLIENTS_AFTER_S):
             return
         message = {"id": n.id, "kind": n.kind, "deadline": n.to_dict()["deadline"],
                    "checkpoint_by": format_rfc3339(self._checkpoint_by(n, rec))}
