@@ -152,12 +152,45 @@ def bench_gcp(rig: WatcherRig, emu: Any, n: int) -> list[float]:
     return out[WARMUP:]
 
 
+def bench_cordon(base: Path, n: int) -> list[float]:
+    """Relay publish -> node cordoned on the API-server emulator, through the whole agent under supervisord.
+
+    The moment of the cordon is the emulator's own record of the successful PATCH (request start plus
+    its duration, on the same wall clock), so no polling error is added. Between notices the notice is
+    cancelled and the agent's own uncordon awaited, so every notice cordons a schedulable node.
+    """
+    from tests.stack import Stack
+
+    out: list[float] = []
+    with Stack(str(base / "stack"), poll_interval_s=5.0,
+               contract={"budget_s": 100, "checkpoint_s": 1, "evict_s": 10, "margin_s": 5}) as stack:
+        for _ in range(n):
+            stack.kube.clear_log()
+            t0 = time.time()
+            doc = stack.publish_notice(deadline_in=120)
+
+            def cordon_done() -> float | None:
+                for e in stack.kube.log():
+                    if (e["method"] == "PATCH" and e["path"].startswith("/api/v1/nodes/node-a")
+                            and e["status"] == 200 and '"unschedulable": true' in json.dumps(e.get("body"))):
+                        return e["time"] + e.get("duration", 0.0)
+                return None
+
+            done_at = wait_for(cordon_done, 20, "cordon PATCH")
+            out.append((done_at - t0) * 1000)
+            cancel = dict(doc, kind="cancel")
+            stack.nats.publish(f"sco.notice.{HALL}.{NODE}", json.dumps(cancel).encode())
+            wait_for(lambda: not stack.cordoned(), 20, "the agent's own uncordon")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.notice_latency")
     ap.add_argument("--relay-n", type=int, default=200)
     ap.add_argument("--aws-n", type=int, default=20)
     ap.add_argument("--gcp-n", type=int, default=30)
     ap.add_argument("--interval", type=float, default=5.0, help="metadata poll interval, seconds")
+    ap.add_argument("--cordon-n", type=int, default=100, help="notices through the whole agent to the cordon")
     ap.add_argument("--base", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the watcher's runtime_dir lives; tmpfs like production's /run (default /dev/shm)")
     args = ap.parse_args(argv)
@@ -181,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                         results["metadata_gcp_longpoll"] = summary(bench_gcp(rig, emu, args.gcp_n))
         finally:
             nats.stop()
+        if args.cordon_n:
+            results["relay_to_cordoned"] = summary(bench_cordon(base, args.cordon_n))
     results["relay_goal_p99_ms"] = RELAY_GOAL_P99_MS
     results["relay_goal_met"] = results["relay"]["p99_ms"] <= RELAY_GOAL_P99_MS
     print(f"{'channel':24} {'n':>4} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9} {'max ms':>9}")
-    for name in ("relay", "metadata_aws_poll", "metadata_gcp_longpoll"):
+    for name in ("relay", "metadata_aws_poll", "metadata_gcp_longpoll", "relay_to_cordoned"):
         if name in results:
             r = results[name]
             print(f"{name:24} {r['n']:>4} {r['p50_ms']:>9} {r['p99_ms']:>9} {r['mean_ms']:>9} {r['max_ms']:>9}")
