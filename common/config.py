@@ -62,8 +62,12 @@ SETTINGS: tuple[Setting, ...] = (
     # [kubernetes]
     Setting("kubernetes", "api_url", str, "", "API server URL, e.g. https://10.0.0.1:6443."),
     Setting("kubernetes", "token_file", str, "/var/lib/sco-agent/kube-token", "Bearer token of the agent's node-bound identity."),
+    Setting("kubernetes", "client_cert_file", str, "", "Client certificate of the node identity instead of a token, e.g. the kubelet's /var/lib/kubelet/pki/kubelet-client-current.pem (key included)."),
+    Setting("kubernetes", "client_key_file", str, "", "Its private key, if not in client_cert_file."),
     Setting("kubernetes", "ca_file", str, "", "CA bundle for the API server; empty uses the system store."),
     Setting("kubernetes", "timeout_s", float, 5.0, "Per-request timeout; past it the API server counts as unreachable."),
+    Setting("kubernetes", "taint_token_file", str, "", "Token used only to patch this Node (taints need it: NodeRestriction refuses a node identity its own taints); empty: token_file, and a refused taint leaves a cordon without it. See docs/kubernetes.md."),
+    Setting("kubernetes", "fallback_command", list, ["systemctl", "poweroff"], "Run (argv, no shell) once when the API server stays unreachable during a drain: logind holds the poweroff while kubelet's graceful node shutdown stops the pods. Empty list: no fallback."),
     # [slurm]
     Setting("slurm", "conf", str, "/etc/slurm/slurm.conf", "SLURM_CONF given to every Slurm command."),
     Setting("slurm", "command_timeout_s", float, 12.0, "Per-command timeout; slurm's own MessageTimeout is 10 s."),

@@ -114,9 +114,12 @@ class Outbox:
     def due(self, now: float) -> list[dict[str, Any]]:
         """Events unacknowledged for longer than resend_after_s, oldest first; their clock restarts."""
         out = []
+        # ``pending`` is kept in send-time order (new events are appended, resent ones move to
+        # the end), so the walk stops at the first event that is not yet due.
         for (sent, ev) in self.pending.values():
-            if now - sent >= self.resend_after_s:
-                out.append(ev)
+            if now - sent < self.resend_after_s:
+                break
+            out.append(ev)
         for ev in out:
             self.pending[ev["event_id"]] = (now, ev)
             self.pending.move_to_end(ev["event_id"])

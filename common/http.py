@@ -31,11 +31,26 @@ class Response:
     body: bytes = b""
 
 
+def tls_context(ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "") -> ssl.SSLContext:
+    """A client TLS context. ``cert_file``/``key_file``: a client certificate (e.g. the kubelet's
+    node identity); the key may be in the certificate file. One context with the system CA store
+    costs about 1 MiB: clients talking to the same server should share one (it is thread-safe)."""
+    ctx = ssl.create_default_context(cafile=ca_file or None)
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file or None)
+    return ctx
+
+
 class HttpClient:
     """Calls to one base URL, over one kept-alive connection that is rebuilt after any error."""
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, max_body: int = 1 << 20,
-                 ca_file: str = "", insecure: bool = False) -> None:
+                 ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "",
+                 tls: ssl.SSLContext | None = None) -> None:
+        """TLS settings as for ``tls_context``, or ``tls``: a context to share."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -47,11 +62,13 @@ class HttpClient:
         self.max_body = max_body
         self._ssl: ssl.SSLContext | None = None
         if self.scheme == "https":
-            self._ssl = ssl.create_default_context(cafile=ca_file or None)
-            if insecure:
-                self._ssl.check_hostname = False
-                self._ssl.verify_mode = ssl.CERT_NONE
+            self._ssl = tls or tls_context(ca_file, insecure, cert_file, key_file)
         self._conn: http.client.HTTPConnection | None = None
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        """The TLS context (None for http://), to share with another client of the same server."""
+        return self._ssl
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         if self._conn is None:

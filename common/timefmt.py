@@ -49,3 +49,28 @@ def format_rfc3339(epoch: float, millis: bool = True) -> str:
     if millis:
         return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# The GMT layouts instance-metadata services use: RFC 1123 (Azure Scheduled
+# Events: "Mon, 19 Sep 2016 18:29:47 GMT") and Go's "2 Jan 2006 15:04:05 GMT"
+# (AWS maintenance events). Both are "[weekday, ]day month year hh:mm:ss GMT".
+_GMT = re.compile(r"^(?:(Mon|Tue|Wed|Thu|Fri|Sat|Sun), )?(\d{1,2}) "
+                  r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (\d{4}) "
+                  r"(\d{2}):(\d{2}):(\d{2}) (?:GMT|UTC)$")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def parse_gmt(text: str) -> float:
+    """Epoch seconds for an RFC 1123 or Go-layout GMT time; ``ValueError`` on anything else."""
+    if not isinstance(text, str) or len(text) > 40:
+        raise ValueError("not a GMT time")
+    m = _GMT.match(text)
+    if not m:
+        raise ValueError(f"not a GMT time: {text[:40]!r}")
+    day, month, year = int(m.group(2)), _MONTHS.index(m.group(3)) + 1, int(m.group(4))
+    hour, minute, second = int(m.group(5)), int(m.group(6)), min(int(m.group(7)), 59)
+    # datetime() refuses 31 Feb and hour 25: the error names the text.
+    try:
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+    except ValueError as e:
+        raise ValueError(f"not a GMT time: {text[:40]!r}: {e}") from None

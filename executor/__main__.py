@@ -3,15 +3,21 @@
 It listens to the watcher's level-triggered notice state, so a notice that
 arrived while the executor was down is acted on as soon as it is back; every
 step is idempotent and checked against the cluster's real state, and the
-steps already done are kept in a small state file so nothing is announced
-twice. Progress is published for the verifier on ``executor.pub``.
+steps already done (and the pods already evicted) are kept in a small state
+file so nothing is done or announced twice. Progress is published for the
+verifier on ``executor.pub``; the verifier's escalations come back on
+``verifier.pub``.
+
+The loop never blocks on the API server: the Kubernetes drain runs in threads
+(``kube_driver``, ``kube_runner``) that report back through a queue, and this
+loop applies their reports to the progress records.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ujson
 import zmq
@@ -24,14 +30,23 @@ from common.log import Logger
 from common.notice import Notice, notice_from_dict
 from common.runtime import SpoolLink, StopFlag, start
 from common.timefmt import format_rfc3339
-from executor import kube_drain
+from executor import escalation, workload_map
 from executor.agent_socket import AgentSocketError, AgentSocketServer
-from executor.kube import KubeApi, KubeError, NotOwnNode, Unreachable
+from executor.drain_plan import deadlines
+from executor.eviction_book import Inputs
+from executor.kube_driver import KubeDriver, api_factory
+from executor.kube_runner import Report
+
+if TYPE_CHECKING:
+    from executor.slurm_drain import SlurmDrain
 
 STATE_FILE = "executor.json"
+TELL_CLIENTS_AFTER_S = 2.0   # tell clients at the latest this long after receipt, cordoned or not
 RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
 PUBLISH_EVERY_S = 1.0
-RETRY_AFTER_S = 1.0
+ESCALATED = ("evict_over", "final")   # verifier levels at which PDB-blocked pods are escalated
+END_STATES = ("done", "cordoned_only", "ended")
+SAVE_EVERY_S = 0.2
 
 
 class Executor:
@@ -40,18 +55,35 @@ class Executor:
         self.log = log
         rd = config.paths.runtime_dir
         self.sub = ipc.subscriber(ctx, rd, ipc.WATCHER_PUB, ipc.T_NOTICE, ipc.T_CONTRACT)
+        self.escalate_sub = ipc.subscriber(ctx, rd, ipc.VERIFIER_PUB, ipc.T_ESCALATE)
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.EXECUTOR_PUB)
         self.spool = SpoolLink(ctx, config, "executor", log)
         self.state_path = os.path.join(rd, STATE_FILE)
+        # The built-in contract until the watcher publishes the signed one (within a second).
+        self.contract: Contract = BUILTIN
+        # A new drain starts only once the watcher's contract has been heard: it sends the contract
+        # before the notice in every announcement, so this costs nothing but closes the window in
+        # which a restarted executor would start a drain on the built-in budget.
+        self.contract_heard = False
+        self.unsaved, self.saved_at = False, 0.0
         self.progress: dict[str, dict[str, Any]] = self._load()
         self.active: dict[str, Notice] = {}
         self.withdrawn: set[str] = set()
-        # The built-in contract until the watcher publishes the signed one (within a second).
-        self.contract: Contract = BUILTIN
-        self.retry_at: dict[str, float] = {}
+        self.escalated: dict[str, str] = {}    # notice id -> the verifier's level
         self.bad_messages = 0
-        self.api = self._kube_api() if config.node.scheduler == "kubernetes" else None
+        self.kube = self._kube_driver() if config.node.scheduler == "kubernetes" else None
         self.clients = self._agent_socket()
+        self.client_pods: dict[int, str | None] = {}   # agent-socket client -> its pod UID
+        # On a Slurm node executor.slurm_drain does the drain steps instead of Kubernetes.
+        self.slurm: SlurmDrain | None = None
+        if config.node.scheduler == "slurm":
+            from executor import slurm_drain  # imported only where used (subprocess, /proc scanning)
+
+            def step(n: Notice, rec: dict[str, Any], name: str, event: str, data: dict[str, Any]) -> None:
+                self._step(n.id, rec, name, event, data, time.time())
+
+            self.slurm = slurm_drain.build(config, log, self.spool, step, self._save,
+                                           lambda nid: self.escalated.get(nid))
 
     def _agent_socket(self) -> AgentSocketServer | None:
         s = self.config.agent_socket
@@ -65,16 +97,12 @@ class Executor:
             return None
         return server
 
-    def _kube_api(self) -> KubeApi | None:
-        k = self.config.kubernetes
-        if not k.api_url:
+    def _kube_driver(self) -> KubeDriver | None:
+        make_api = api_factory(self.config)
+        if make_api is None:
             self.log.error("kubernetes.unconfigured", detail="kubernetes.api_url is empty")
             return None
-        token = ""
-        if k.token_file and os.path.exists(k.token_file):
-            with open(k.token_file, encoding="utf-8") as f:
-                token = f.read(65536).strip()
-        return KubeApi(k.api_url, self.config.node.name, token, k.ca_file, k.timeout_s)
+        return KubeDriver(self.config, make_api)
 
     def _load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -93,12 +121,24 @@ class Executor:
         kept = {}
         for nid, rec in doc.items():
             if isinstance(rec, dict) and all(k in rec for k in RECORD_KEYS) and isinstance(rec["steps"], dict):
-                kept[nid] = rec
+                kept[nid] = self._complete(rec)
             else:
                 self.log.error("state.record_dropped", notice_id=str(nid)[:200])
         return kept
 
+    def _complete(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """Fill keys a record from an older executor lacks (the current contract's choices)."""
+        rec.setdefault("pdb_blocked", self.contract.pdb_blocked)
+        rec.setdefault("exclude_from_lb", self.contract.exclude_from_lb)
+        for key in ("evicted", "deleted"):   # pod uid -> namespace/name
+            if not isinstance(rec.get(key), dict):
+                rec[key] = {}
+        if not isinstance(rec.get("reported"), list):
+            rec["reported"] = []
+        return rec
+
     def _save(self) -> None:
+        self.unsaved, self.saved_at = False, time.time()
         try:
             write_atomic(self.state_path, ujson.dumps(self.progress).encode())
         except OSError as e:
@@ -117,9 +157,23 @@ class Executor:
                     self._on_notice_state(body)
                 elif topic == ipc.T_CONTRACT:
                     self.contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
+                    self.contract_heard = True
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.bad_messages += 1
                 self.log.warning("ipc.rejected", socket=ipc.WATCHER_PUB, error=str(e)[:300])
+
+    def on_escalate_readable(self) -> None:
+        while True:
+            try:
+                frames = self.escalate_sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                _, body = ipc.decode(frames)
+                self.escalated = escalation.parse(body)
+            except (ipc.BadMessage, ValueError, TypeError, AttributeError) as e:
+                self.bad_messages += 1
+                self.log.warning("ipc.rejected", socket=ipc.VERIFIER_PUB, error=str(e)[:300])
 
     def _on_notice_state(self, body: dict[str, Any]) -> None:
         active = {}
@@ -140,8 +194,12 @@ class Executor:
             if self.clients is not None:
                 self.clients.withdraw(nid)
             if rec and rec.get("state") != "withdrawn":
-                self._undo(nid, rec, now)
+                self._undo(nid, rec)
         self._collect_acks(now)
+
+    def _checkpoint_by(self, n: Notice, rec: dict[str, Any]) -> float:
+        b = rec["budget"]
+        return deadlines(rec["received_at"], n.deadline, b["checkpoint_s"], b["evict_s"], b["margin_s"]).checkpoint_by
 
     def _tell_clients(self, n: Notice, now: float) -> None:
         """Announce the notice on the agent socket (idempotent: an unchanged notice is not re-sent)."""
@@ -150,18 +208,43 @@ class Executor:
             return
         if rec["policy"] != "drain":
             return
-        budget = rec["budget"]
-        checkpoint_by = min(n.deadline - budget["margin_s"], n.received_at + budget["checkpoint_s"])
+        steps = rec["steps"]
+        # Cordon first, so nothing new lands while workloads checkpoint; but never let a slow or
+        # unreachable scheduler keep the workloads from hearing the notice for long.
+        if ("cordoned" not in steps and "fallback" not in steps
+                and now - rec["received_at"] < TELL_CLIENTS_AFTER_S):
+            return
         message = {"id": n.id, "kind": n.kind, "deadline": n.to_dict()["deadline"],
-                   "checkpoint_by": format_rfc3339(checkpoint_by)}
+                   "checkpoint_by": format_rfc3339(self._checkpoint_by(n, rec))}
         if self.config.executor.dry_run:
+            # Workloads would checkpoint (and maybe stop) on a notice: a dry run must not tell them.
             if "clients_told" not in rec["steps"]:
-                self._dry_run(n.id, "tell_clients", clients=len(self.clients.clients()), message=message)
+                self.log.info("drain.dry_run", notice_id=n.id, action="tell_clients",
+                              clients=len(self.clients.clients()))
+                self.spool.emit("drain.dry_run", n.id, {"action": "tell_clients",
+                                                         "clients": len(self.clients.clients())}, now)
         else:
             self.clients.announce(message)
         if "clients_told" not in rec["steps"]:
             told = len(self.clients.clients())
-            self._step(n, rec, "clients_told", "drain.clients_told", {"clients": told})
+            self._step(n.id, rec, "clients_told", "drain.clients_told", {"clients": told}, now)
+
+    def _pod_of_client(self, client: int, pid: int) -> str | None:
+        if client not in self.client_pods:
+            self.client_pods[client] = workload_map.pod_uid_of_pid(pid)
+        return self.client_pods[client]
+
+    def _inputs(self, n: Notice) -> Inputs:
+        """What the drain needs from this loop: which pods still checkpoint, and the escalation."""
+        pairs = []
+        if self.clients is not None:
+            infos = self.clients.clients()
+            live = {c.client for c in infos}
+            self.client_pods = {k: v for k, v in self.client_pods.items() if k in live}
+            pairs = [(self._pod_of_client(c.client, c.pid), c.notice_id == n.id and c.acked is not None)
+                     for c in infos]
+        held, hold_all = workload_map.holds(pairs)
+        return Inputs(held=held, hold_all=hold_all, escalated=self.escalated.get(n.id) in ESCALATED)
 
     def _collect_acks(self, now: float) -> None:
         if self.clients is None:
@@ -169,7 +252,8 @@ class Executor:
         for ack in self.clients.drain_acks():
             rec = self.progress.get(ack.notice_id)
             data = {"client": ack.name, "pid": ack.pid, "uid": ack.uid, "status": ack.status,
-                    "latency_ms": round(ack.latency_s * 1000), "replay": ack.replay}
+                    "latency_ms": round(ack.latency_s * 1000), "replay": ack.replay,
+                    "pod_uid": self._pod_of_client(ack.client, ack.pid)}
             if rec is not None:
                 rec.setdefault("acks", {})[f"{ack.name}:{ack.pid}"] = {"status": ack.status, "at": now}
                 self._save()
@@ -181,79 +265,106 @@ class Executor:
 
     def _drain_step(self, n: Notice, now: float) -> None:
         rec = self.progress.get(n.id)
+        if rec is None and not self.contract_heard:
+            return
         if rec is None:
-            # A drain keeps the budget it started with, whatever contract lands meanwhile.
+            # A drain keeps the budget and choices it started with, whatever contract lands meanwhile.
             drain = self.contract.drain
-            rec = self.progress[n.id] = {
+            rec = self.progress[n.id] = self._complete({
                 "kind": n.kind, "state": "running", "steps": {}, "received_at": n.received_at,
                 "remaining": None, "contract_serial": self.contract.serial,
                 "taint_key": self.contract.taint_key, "policy": self._policy(n.kind),
                 "budget": {"budget_s": drain.budget_s, "checkpoint_s": drain.checkpoint_s,
-                           "evict_s": drain.evict_s, "margin_s": drain.margin_s}}
+                           "evict_s": drain.evict_s, "margin_s": drain.margin_s}})
             self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
             self._save()
-        if rec["state"] != "running" or now < self.retry_at.get(n.id, 0.0):
+        if rec["state"] != "running":
             return
-        if self.api is None:
-            return
-        steps = rec["steps"]
-        taint_key = rec["taint_key"]
-        try:
-            if "cordoned" not in steps:
-                if self.config.executor.dry_run:
-                    self._dry_run(n.id, "cordon+taint", taint_key=taint_key)
-                else:
-                    kube_drain.cordon(self.api, taint_key, n.kind, n.id, n.to_dict()["deadline"])
-                self._step(n, rec, "cordoned", "drain.cordoned", {"taint_key": taint_key})
-            if rec["policy"] != "drain":
-                rec["state"] = "cordoned_only"
-                self._save()
-                return
-            remaining = kube_drain.remaining_pods(self.api)
-            rec["remaining"] = remaining
-            if not remaining and "node_empty" not in steps:
-                self._step(n, rec, "node_empty", "drain.node_empty", {})
-                rec["state"] = "done"
-                self._save()
-        except (Unreachable, KubeError, NotOwnNode) as e:
-            self.retry_at[n.id] = now + RETRY_AFTER_S
-            self.log.warning("drain.error", notice_id=n.id, error=str(e)[:300])
+        if self.slurm is not None:
+            self.slurm.step(n, rec, now, self.contract.slurm)
+        elif self.kube is not None:
+            self.kube.drain(n, rec, self._inputs(n), now)
 
-    def _step(self, n: Notice, rec: dict[str, Any], step: str, event: str, data: dict[str, Any]) -> None:
-        now = time.time()
+    def _step(self, nid: str, rec: dict[str, Any], step: str, event: str, data: dict[str, Any],
+              now: float) -> None:
         rec["steps"][step] = now
         self._save()
-        data = dict(data, since_received_ms=round((now - n.received_at) * 1000))
-        if self.config.executor.dry_run:
-            data["dry_run"] = True   # recorded as if done, so the verifier's timeline still runs
-        self.log.info(event, notice_id=n.id, **data)
-        self.spool.emit(event, n.id, data, now)
+        data = dict(data, since_received_ms=round((now - rec["received_at"]) * 1000))
+        self.log.info(event, notice_id=nid, **data)
+        self.spool.emit(event, nid, data, now)
         self.publish()
 
-    def _undo(self, nid: str, rec: dict[str, Any], now: float) -> None:
-        if self.api is None or now < self.retry_at.get(nid, 0.0):
+    def _undo(self, nid: str, rec: dict[str, Any]) -> None:
+        if self.slurm is not None:   # RESUME only the agent's own drain
+            self.slurm.undo(nid, rec, time.time(), other_notices=bool(self.active.keys() - {nid}))
             return
-        taint_key = rec.get("taint_key", self.contract.taint_key)
-        try:
-            if "cordoned" in rec["steps"]:
-                if self.config.executor.dry_run:
-                    self._dry_run(nid, "uncordon+untaint", taint_key=taint_key)
-                else:
-                    kube_drain.uncordon(self.api, taint_key, nid)
-        except (Unreachable, KubeError) as e:
-            self.retry_at[nid] = now + RETRY_AFTER_S
-            self.log.warning("drain.error", notice_id=nid, error=str(e)[:300])
+        if self.kube is None:
             return
-        rec["state"] = "withdrawn"
-        rec["steps"]["uncordoned"] = now
-        self._save()
-        self.log.info("drain.uncordoned", notice_id=nid)
-        self.spool.emit("drain.uncordoned", nid, {}, now)
+        if "cordoned" not in rec["steps"] and "lb_excluded" not in rec["steps"]:
+            if nid in self.kube.runners:
+                self.kube.withdraw(nid, rec)   # stop the drain; nothing on the node to undo yet
+                return
+            rec["state"] = "withdrawn"
+            self._save()
+            return
+        self.kube.withdraw(nid, rec)
 
-    def _dry_run(self, nid: str, action: str, **detail: Any) -> None:
-        """executor.dry_run: say what would be done, to the log and the spool, and do nothing."""
-        self.log.info("drain.dry_run", notice_id=nid, action=action, **detail)
-        self.spool.emit("drain.dry_run", nid, dict(detail, action=action))
+    # -- reports from the drain threads ---------------------------------------------------
+    def on_reports(self, now: float) -> None:
+        if self.kube is None:
+            return
+        changed = False
+        for r in self.kube.reports():
+            rec = self.progress.get(r.notice_id)
+            if rec is not None:
+                changed = self._apply(r, rec, now) or changed
+        if changed:
+            self.publish()
+            self.unsaved = True
+        # Per-pod records are saved at most every SAVE_EVERY_S (steps and state changes at once):
+        # a restart re-reads the cluster anyway, where an evicted pod shows as terminating.
+        if self.unsaved and now - self.saved_at >= SAVE_EVERY_S:
+            self._save()
+
+    def _apply(self, r: Report, rec: dict[str, Any], now: float) -> bool:
+        """One report onto its progress record; True if the record changed."""
+        nid = r.notice_id
+        if r.kind == "step":
+            if r.event:
+                self._step(nid, rec, r.name, r.event, r.data, now)
+            else:
+                rec["steps"][r.name] = now
+            return True
+        if r.kind == "event":
+            uid, pod = str(r.data.get("uid", "")), str(r.data.get("pod", ""))
+            if r.event == "drain.evicted":
+                rec["evicted"][uid] = pod
+                rec["steps"]["evicted"] = now
+            elif r.event == "drain.deleted":
+                rec["deleted"][uid] = pod
+                rec["steps"]["deleted"] = now
+            elif r.event == "drain.eviction_blocked":
+                rec["reported"].append(uid)
+            self.log.info(r.event, notice_id=nid, **r.data)
+            self.spool.emit(r.event, nid, r.data, now)
+            return True
+        if r.kind == "remaining":
+            rec["remaining"] = r.data.get("pods") or []
+        elif r.kind == "phase":
+            rec["phase"] = r.name
+        elif r.kind == "state":
+            if rec["state"] == "withdrawn" or (r.name != "withdrawn" and nid in self.withdrawn):
+                return False   # a late report from a drain that was stopped
+            rec["state"] = r.name
+            self._save()
+            if r.name in END_STATES + ("withdrawn",) and self.kube is not None:
+                self.kube.finished(nid)
+        elif r.kind == "log":
+            self.log.warning(r.name, notice_id=nid, **r.data)
+            if r.name == "drain.dry_run":
+                self.spool.emit("drain.dry_run", nid, r.data, now)
+            return False
+        return True
 
     def publish(self) -> None:
         ipc.send(self.pub, ipc.T_PROGRESS, {"notices": self.progress})
@@ -265,10 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     ctx = zmq.Context()
     ex = Executor(config, log, ctx)
     poller = zmq.Poller()
-    poller.register(ex.sub, zmq.POLLIN)
-    poller.register(ex.spool.sock, zmq.POLLIN)
+    for sock in (ex.sub, ex.escalate_sub, ex.spool.sock):
+        poller.register(sock, zmq.POLLIN)
     if ex.clients is not None:
         poller.register(ex.clients.fileno(), zmq.POLLIN)
+    if ex.kube is not None:
+        poller.register(ex.kube.fileno(), zmq.POLLIN)
     last_publish = 0.0
     while not stop.stopping:
         # Idle, wake once a second (level-triggered state arrives every second anyway); while a
@@ -277,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         events = dict(poller.poll(250 if busy else 1000))
         if ex.sub in events:
             ex.on_sub_readable()
+        if ex.escalate_sub in events:
+            ex.on_escalate_readable()
         if ex.spool.sock in events:
             ex.spool.on_readable()
         if ex.clients is not None:
@@ -285,11 +400,14 @@ def main(argv: list[str] | None = None) -> int:
                 ex.clients.process(mono)
             ex.clients.tick(mono)
         now = time.time()
+        ex.on_reports(now)
         ex.work(now)
         ex.spool.tick(now)
         if now - last_publish >= PUBLISH_EVERY_S:
             ex.publish()
             last_publish = now
+    if ex.kube is not None:
+        ex.kube.close()
     if ex.clients is not None:
         ex.clients.close()
     ex.spool.flush(1.0)

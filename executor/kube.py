@@ -2,10 +2,16 @@
 
 The agent may touch its own Node and the pods bound to it, nothing else, and
 checks that itself whatever its credentials would allow (DESIGN section 8):
-every method works on ``self.node`` and pod calls verify ``spec.nodeName``.
+node calls work on ``self.node`` only, and every eviction or delete first
+checks the pod's ``spec.nodeName`` and carries the pod's UID as a
+precondition, so the server refuses it if the name now means another pod.
+
+Not thread-safe (one kept-alive connection): a worker thread uses its own
+``clone()``.
 """
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import quote
 
@@ -16,20 +22,33 @@ from common.http import HttpClient, HttpError
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+POLICY_VERSIONS = ("v1", "v1beta1")
 
 
 class KubeError(Exception):
     """The API server answered with an error Status."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes   # details.causes[].message, e.g. the PDB a 429 names
 
 
 class Conflict(KubeError):
-    """409: our resourceVersion precondition failed; re-read and retry."""
+    """409: a resourceVersion or UID precondition failed; re-read and retry (or: that pod is gone)."""
+
+
+class NotFound(KubeError):
+    """404: the object does not exist (a pod already gone counts as evicted)."""
+
+
+class TooManyRequests(KubeError):
+    """429: an eviction a PodDisruptionBudget does not allow now; retry later."""
+
+
+_BY_STATUS = {404: NotFound, 409: Conflict, 429: TooManyRequests}
 
 
 class Unreachable(Exception):
@@ -40,18 +59,43 @@ class NotOwnNode(Exception):
     """A call would touch another node or a pod bound elsewhere: refused by the agent itself."""
 
 
+def pod_node(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
 class KubeApi:
+    """REST calls for one node, as a bearer ``token`` or a client certificate (``cert_file``, e.g.
+    the kubelet's: the node identity). ``node_token``: a separate credential for patching the Node
+    only (the service account whose admission policy allows taints; see docs/kubernetes.md)."""
+
     def __init__(self, api_url: str, node: str, token: str = "", ca_file: str = "",
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, node_token: str = "", cert_file: str = "", key_file: str = "",
+                 tls: ssl.SSLContext | None = None) -> None:
         self.node = node
-        self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, ca_file=ca_file)
+        self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, ca_file=ca_file,
+                               cert_file=cert_file, key_file=key_file, tls=tls)
+        # A clone shares the TLS context: about 1 MiB each with the system CA store, times 9 threads.
+        self._args = (api_url, node, token, ca_file, timeout_s, node_token, cert_file, key_file, self.http.tls)
         self.headers = {"Accept": "application/json", "User-Agent": "sco-agent"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
+        self.node_headers = dict(self.headers)
+        if node_token:
+            self.node_headers["Authorization"] = f"Bearer {node_token}"
+        self._eviction_version: str | None = None
+
+    def clone(self) -> KubeApi:
+        """Another client with the same settings and its own connection (for another thread)."""
+        api = KubeApi(*self._args)
+        api._eviction_version = self._eviction_version
+        return api
+
+    def close(self) -> None:
+        self.http.close()
 
     def _call(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-              ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
-        headers = dict(self.headers)
+              ok: tuple[int, ...] = (200, 201), headers: dict[str, str] | None = None) -> dict[str, Any]:
+        headers = dict(headers or self.headers)
         data = None
         if body is not None:
             data = ujson.dumps(body).encode()
@@ -71,8 +115,11 @@ class KubeApi:
         if resp.status in (502, 503, 504):
             # A proxy or load balancer in front of a server that is down: no answer, not a refusal.
             raise Unreachable(f"{method} {path}: HTTP {resp.status}")
-        cls = Conflict if resp.status == 409 else KubeError
-        raise cls(resp.status, str(doc.get("reason", "")), str(doc.get("message", ""))[:500])
+        details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+        causes = tuple(str(c.get("message", ""))[:300] for c in details.get("causes") or []
+                       if isinstance(c, dict))
+        cls = _BY_STATUS.get(resp.status, KubeError)
+        raise cls(resp.status, str(doc.get("reason", "")), str(doc.get("message", ""))[:500], causes)
 
     # -- the node -----------------------------------------------------------------
     def get_node(self) -> dict[str, Any]:
@@ -81,7 +128,8 @@ class KubeApi:
     def patch_node(self, name: str, patch: dict[str, Any], content_type: str = SMP) -> dict[str, Any]:
         if name != self.node:
             raise NotOwnNode(f"refusing to patch node {name!r}: this agent is {self.node!r}")
-        return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type)
+        return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type,
+                          headers=self.node_headers)
 
     # -- pods on the node -------------------------------------------------------
     def list_pods(self) -> list[dict[str, Any]]:
@@ -96,8 +144,66 @@ class KubeApi:
             doc = self._call("GET", path)
             for pod in doc.get("items") or []:
                 # Trust, but verify: a server ignoring the selector must not make us evict elsewhere.
-                if (pod.get("spec") or {}).get("nodeName") == self.node:
+                if pod_node(pod) == self.node:
                     pods.append(pod)
             cont = (doc.get("metadata") or {}).get("continue") or ""
             if not cont:
                 return pods
+
+    def list_pdbs(self) -> list[dict[str, Any]]:
+        """Every PodDisruptionBudget (for planning only; the server enforces them). KubeError 403
+        when the identity may not read them: the plan then guesses from pod owners."""
+        version = self.eviction_version() or "v1"
+        doc = self._call("GET", f"/apis/policy/{version}/poddisruptionbudgets?limit=500")
+        return [p for p in doc.get("items") or [] if isinstance(p, dict)]
+
+    def eviction_version(self) -> str | None:
+        """The policy/* version of the Eviction subresource, from discovery of /api/v1 (as kubectl
+        does): 'v1' on 1.22+, 'v1beta1' on older servers, None if the server has no eviction."""
+        if self._eviction_version is None:
+            doc = self._call("GET", "/api/v1")
+            found = ""
+            for r in doc.get("resources") or []:
+                if isinstance(r, dict) and r.get("name") == "pods/eviction":
+                    # Servers before 1.x listed no group/version: that is the old policy/v1beta1.
+                    found = str(r.get("version") or "v1beta1")
+                    break
+            self._eviction_version = found if found in POLICY_VERSIONS else "-"
+        return None if self._eviction_version == "-" else self._eviction_version
+
+    def _own_pod(self, pod: dict[str, Any]) -> tuple[str, str, str]:
+        md = pod.get("metadata") or {}
+        ns, name, uid = str(md.get("namespace") or ""), str(md.get("name") or ""), str(md.get("uid") or "")
+        if pod_node(pod) != self.node:
+            raise NotOwnNode(f"refusing to touch pod {ns}/{name}: bound to {pod_node(pod)!r}, "
+                             f"this agent is {self.node!r}")
+        if not (ns and name and uid):
+            raise NotOwnNode(f"refusing to touch pod {ns}/{name}: no namespace, name or uid to pin it")
+        return ns, name, uid
+
+    @staticmethod
+    def _delete_options(uid: str, grace_s: int | None) -> dict[str, Any]:
+        options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if grace_s is not None:
+            options["gracePeriodSeconds"] = grace_s
+        return options
+
+    def evict_pod(self, pod: dict[str, Any], grace_s: int | None = None) -> None:
+        """POST the Eviction (the server checks the PDB). Raises TooManyRequests (PDB), NotFound or
+        Conflict (that pod is gone), KubeError, Unreachable, NotOwnNode."""
+        ns, name, uid = self._own_pod(pod)
+        version = self.eviction_version()
+        if version is None:
+            # No eviction subresource (kubectl drain then deletes too): a plain graceful delete.
+            self.delete_pod(pod, grace_s)
+            return
+        body = {"apiVersion": f"policy/{version}", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": ns},
+                "deleteOptions": self._delete_options(uid, grace_s)}
+        self._call("POST", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/eviction", body)
+
+    def delete_pod(self, pod: dict[str, Any], grace_s: int | None = None) -> None:
+        """DELETE the pod, bypassing its PDB (the contract's pdb_blocked = delete)."""
+        ns, name, uid = self._own_pod(pod)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **self._delete_options(uid, grace_s)}
+        self._call("DELETE", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}", body)

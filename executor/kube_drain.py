@@ -1,4 +1,4 @@
-"""The Kubernetes drain recipe: cordon and taint this node, then see what is left on it.
+"""The Kubernetes node steps: exclude from load balancers, cordon and taint, undo, see what is left.
 
 Every step is idempotent and re-derived from the cluster's real state, so an
 executor restarted mid-drain simply runs the recipe again.
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from executor.kube import Conflict, KubeApi
-from executor.node_patch import cordon_patch, withdraw_patch
+from executor.kube import Conflict, KubeApi, KubeError
+from executor.node_patch import cordon_patch, exclude_lb_patch, withdraw_patch
 from executor.pod_filters import pod_key, pods_that_count
 
 CONFLICT_RETRIES = 8
@@ -30,8 +30,33 @@ def _patch_with_retry(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[
     raise Conflict(409, "Conflict", f"node {api.node}: still conflicting after {CONFLICT_RETRIES} tries")
 
 
-def cordon(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str) -> bool:
-    return _patch_with_retry(api, lambda node: cordon_patch(node, taint_key, kind, notice_id, deadline))
+def cordon(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str,
+           with_taint: bool = True) -> bool:
+    return _patch_with_retry(api, lambda node: cordon_patch(node, taint_key, kind, notice_id, deadline,
+                                                            with_taint))
+
+
+def taint_refused(e: KubeError) -> bool:
+    """NodeRestriction's answer to a node identity changing its own taints."""
+    return e.status == 403 and "taint" in e.message
+
+
+def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str) -> dict[str, Any]:
+    """Cordon and taint; if the identity may not taint (a node identity without the separate taint
+    credential), cordon without the taint -- the cordon alone already keeps new pods away. Returns
+    what was done, for the drain.cordoned event."""
+    try:
+        patched = cordon(api, taint_key, kind, notice_id, deadline)
+        return {"patched": patched, "tainted": True}
+    except KubeError as e:
+        if not taint_refused(e):
+            raise
+        patched = cordon(api, taint_key, kind, notice_id, deadline, with_taint=False)
+        return {"patched": patched, "tainted": False, "taint_refused": e.message[:300]}
+
+
+def exclude_from_lb(api: KubeApi) -> bool:
+    return _patch_with_retry(api, exclude_lb_patch)
 
 
 def uncordon(api: KubeApi, taint_key: str, notice_id: str) -> bool:

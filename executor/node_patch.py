@@ -6,6 +6,11 @@ plus ours -- and the node's resourceVersion, so a concurrent change makes the
 server answer 409 instead of losing somebody's taint. Annotations record what
 the agent itself did, so a withdrawn notice undoes only that, never an
 operator's cordon.
+
+A node identity (``system:node:<name>``) may not change its own taints
+(NodeRestriction); ``cordon_patch(..., with_taint=False)`` is the cordon it may
+do. The load-balancer exclusion label is one NodeRestriction lets a node set
+(``node.kubernetes.io/`` is a kubelet label namespace).
 """
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ ANNOTATION_PREFIX = "sco.io/"
 A_NOTICE = ANNOTATION_PREFIX + "notice-id"
 A_DEADLINE = ANNOTATION_PREFIX + "notice-deadline"
 A_CORDONED_BY_AGENT = ANNOTATION_PREFIX + "cordoned-by-agent"
+A_LB_EXCLUDED_BY_AGENT = ANNOTATION_PREFIX + "lb-excluded-by-agent"
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 
 def _taints(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -23,6 +30,19 @@ def _taints(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _annotations(node: dict[str, Any]) -> dict[str, str]:
     return dict((node.get("metadata") or {}).get("annotations") or {})
+
+
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def exclude_lb_patch(node: dict[str, Any]) -> dict[str, Any] | None:
+    """Label the node out of external load balancers; None if it already is. Labels merge by key,
+    so no resourceVersion is needed; the annotation says the label is ours to take back."""
+    if EXCLUDE_LB_LABEL in _labels(node):
+        return None
+    return {"metadata": {"labels": {EXCLUDE_LB_LABEL: "true"},
+                         "annotations": {A_LB_EXCLUDED_BY_AGENT: "true"}}}
 
 
 def is_cordoned(node: dict[str, Any]) -> bool:
@@ -34,15 +54,16 @@ def has_taint(node: dict[str, Any], key: str) -> bool:
 
 
 def cordon_patch(node: dict[str, Any], taint_key: str, taint_value: str, notice_id: str,
-                 deadline: str) -> dict[str, Any] | None:
-    """The patch that cordons and taints the node for this notice; None if it already is."""
+                 deadline: str, with_taint: bool = True) -> dict[str, Any] | None:
+    """The patch that cordons and taints the node for this notice; None if it already is.
+    ``with_taint=False``: cordon and annotate only, leaving every taint as it is."""
     own = {"key": taint_key, "value": taint_value, "effect": "NoSchedule"}
     taints = _taints(node)
     annotations = _annotations(node)
     already = (
         is_cordoned(node)
-        and any(t.get("key") == taint_key and t.get("value") == taint_value
-                and t.get("effect") == "NoSchedule" for t in taints)
+        and (not with_taint or any(t.get("key") == taint_key and t.get("value") == taint_value
+                                   and t.get("effect") == "NoSchedule" for t in taints))
         and annotations.get(A_NOTICE) == notice_id
         and annotations.get(A_DEADLINE) == deadline
     )
@@ -51,27 +72,37 @@ def cordon_patch(node: dict[str, Any], taint_key: str, taint_value: str, notice_
     new_annotations = {A_NOTICE: notice_id, A_DEADLINE: deadline}
     if not is_cordoned(node):
         new_annotations[A_CORDONED_BY_AGENT] = "true"
-    others = [t for t in taints if t.get("key") != taint_key]
+    spec: dict[str, Any] = {"unschedulable": True}
+    if with_taint:
+        spec["taints"] = [t for t in taints if t.get("key") != taint_key] + [own]
     return {
         "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", ""),
                      "annotations": new_annotations},
-        "spec": {"unschedulable": True, "taints": others + [own]},
+        "spec": spec,
     }
 
 
 def withdraw_patch(node: dict[str, Any], taint_key: str, notice_id: str) -> dict[str, Any] | None:
-    """Undo what the agent did for ``notice_id``: its taint always, the cordon only if it was ours."""
+    """Undo what the agent did for ``notice_id``: its taint always, the cordon and the
+    load-balancer label only if they were ours."""
     annotations = _annotations(node)
     if annotations.get(A_NOTICE) not in (None, notice_id):
         return None   # the node now carries another notice; leave it alone
     ours = annotations.get(A_CORDONED_BY_AGENT) == "true"
-    if not has_taint(node, taint_key) and not ours and A_NOTICE not in annotations:
+    lb_ours = annotations.get(A_LB_EXCLUDED_BY_AGENT) == "true"
+    if not has_taint(node, taint_key) and not ours and not lb_ours and A_NOTICE not in annotations:
         return None
     patch: dict[str, Any] = {
         "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", ""),
                      "annotations": {A_NOTICE: None, A_DEADLINE: None, A_CORDONED_BY_AGENT: None}},
-        "spec": {"taints": [t for t in _taints(node) if t.get("key") != taint_key]},
+        "spec": {},
     }
+    if has_taint(node, taint_key):
+        # Only when there is one to take away: a node identity may not send taints at all.
+        patch["spec"]["taints"] = [t for t in _taints(node) if t.get("key") != taint_key]
     if ours:
         patch["spec"]["unschedulable"] = False
+    if lb_ours:
+        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: None}
+        patch["metadata"]["annotations"][A_LB_EXCLUDED_BY_AGENT] = None
     return patch

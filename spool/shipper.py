@@ -1,98 +1,195 @@
 """Ships spooled events to Vector's http_server source, oldest first, at least once.
 
-A record is released from the spool only after Vector answers 2xx for the
-batch holding it. While Vector is unreachable or answers 5xx/429 the shipper
-backs off (capped, jittered) and tries the same batch again; a 4xx batch is
-bisected to find the bad record, which is set aside with a
-``spool.ship_rejected`` event instead of blocking the spool forever.
+A thread of the spool process. It reads a batch from the head of the ring,
+POSTs it as NDJSON, and releases it only after a 2xx for every record in it
+(or after a record was proven unacceptable and set aside). While Vector is
+unreachable or answers "later" it backs off and sends the same batch again,
+so records leave in the order they were written. The decisions (what an
+answer means, how long to wait, which half to send next) are in
+spool.shipping; this is the loop around them.
+
+Idle, it sleeps on the store's ``changed`` event: no wake-ups while nothing
+is written.
 """
 from __future__ import annotations
 
 import random
 import threading
-from typing import TYPE_CHECKING
+import time
 
-from common.config import Config
 from common.http import HttpClient, HttpError
 from common.log import Logger
-from spool.shipping import Bisect, backoff_s, classify
+from spool.ring import SpoolIOError
+from spool.shipping import (
+    BACKOFF_BASE_S,
+    BACKOFF_CAP_S,
+    SHIP_TIMEOUT_S,
+    Bisect,
+    backoff_s,
+    classify,
+    retry_after_s,
+)
+from spool.store import Store
 
-if TYPE_CHECKING:
-    from spool.__main__ import Spool
-
-MAX_BATCH_BYTES = 4 << 20
-IDLE_WAIT_S = 0.5
-TIMEOUT_S = 10.0
+MAX_BATCH_BYTES = 1 << 20
+IDLE_WAIT_S = 60.0     # a safety net only: writes wake the shipper
+STOP_WAIT_S = 2.0      # a POST still hanging after this is abandoned; the batch ships after restart
+RECORD_PREFIX = 200    # bytes of a set-aside record quoted in its spool.ship_rejected event
 
 
 class Shipper(threading.Thread):
-    def __init__(self, spool: Spool, config: Config, log: Logger) -> None:
+    def __init__(self, store: Store, log: Logger, url: str | None, batch_max: int, *,
+                 timeout_s: float = SHIP_TIMEOUT_S, backoff_base_s: float = BACKOFF_BASE_S,
+                 backoff_cap_s: float = BACKOFF_CAP_S, rng: random.Random | None = None) -> None:
         super().__init__(name="shipper", daemon=True)
-        self.spool = spool
+        self.store = store
         self.log = log
-        self.batch_max = config.spool.batch_max
-        self.http = HttpClient(config.spool.vector_url, timeout_s=TIMEOUT_S, max_body=64 << 10)
-        self.path = self.http.prefix or "/"
-        self.http.prefix = ""
+        self.batch_max = batch_max
+        self.timeout_s = timeout_s
+        self.backoff = (backoff_base_s, backoff_cap_s)
+        self.rng = rng or random.Random()
+        self.url = url
         self.stopping = threading.Event()
-        self.rng = random.Random()
-        self.failures = 0
+        self._client: HttpClient | None = None
+        self._client_url: str | None = None
+        self.failures = 0          # consecutive failed attempts (drives the backoff)
+        self.failing_since = 0.0
+        self.attempts = 0          # POSTs sent, counters for tests and the stop log line
         self.shipped = 0
         self.set_aside = 0
+        self.crashed = ""          # set if the loop died of a bug: the process then exits to be restarted
 
-    def stop(self) -> None:
+    # -- control, from the intake thread --------------------------------------------
+    def retarget(self, url: str | None) -> None:
+        """Ship to ``url`` from the next request on (None: hold everything)."""
+        self.url = url
+        self.store.changed.set()
+
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> bool:
+        """Stop after the current request; True if the thread ended within ``timeout_s``."""
         self.stopping.set()
-        self.join(timeout=TIMEOUT_S + 1)
+        self.store.changed.set()
+        if self.is_alive():
+            self.join(timeout_s)
+        return not self.is_alive()
 
-    def _post(self, records: list[bytes]) -> int | None:
-        body = b"\n".join(records) + b"\n"
-        try:
-            resp = self.http.request("POST", self.path, body=body,
-                                     headers={"Content-Type": "application/x-ndjson"})
-        except HttpError as e:
-            self.log.warning("ship.error", reason=e.reason, detail=e.detail[:200])
-            return None
-        return resp.status
-
+    # -- the loop ----------------------------------------------------------------------
     def run(self) -> None:
-        while not self.stopping.is_set():
-            ring = self.spool.ring
-            if ring is None:
-                self.stopping.wait(IDLE_WAIT_S)
-                continue
-            with self.spool.lock:
-                batch = ring.read_unshipped(self.batch_max, MAX_BATCH_BYTES)
-            if not batch:
-                self.stopping.wait(IDLE_WAIT_S)
-                continue
-            verdict = classify(self._post([rec for _, rec in batch]))
-            if verdict == "retry":
-                self.failures += 1
-                self.stopping.wait(backoff_s(self.failures, self.rng))
-                continue
-            self.failures = 0
-            if verdict == "reject" and not self._bisect(batch):
-                continue
-            with self.spool.lock:
-                ring.release(batch[-1][0])
-            self.shipped += len(batch)
+        try:
+            self._loop()
+        except Exception as e:   # noqa: BLE001 -- reported to the intake loop, which exits for a clean restart
+            self.crashed = f"{type(e).__name__}: {e}"
+            self.log.error("ship.crashed", error=self.crashed[:500])
+        finally:
+            if self._client is not None:
+                self._client.close()
 
-    def _bisect(self, batch: list[tuple[int, bytes]]) -> bool:
-        """Ship the good records of a rejected batch; True once all are delivered or set aside."""
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            # Cleared before looking at the URL and the ring: a retarget or write after this wakes us.
+            self.store.changed.clear()
+            if self.url is None:
+                self._idle()
+                continue
+            try:
+                batch = self.store.read_unshipped(self.batch_max, MAX_BATCH_BYTES)
+            except SpoolIOError as e:
+                self.log.error("ship.read_error", error=str(e))
+                self._back_off(None)
+                continue
+            if not batch:
+                self._idle()
+                continue
+            if self._deliver(batch):
+                self._release(batch[-1][0])
+                self.shipped += len(batch)
+
+    def _idle(self) -> None:
+        self.store.changed.wait(IDLE_WAIT_S)
+
+    def _deliver(self, batch: list[tuple[int, bytes]]) -> bool:
+        """True once every record is delivered or set aside; False if stopping first."""
+        ok = self._until_answered(batch)
+        if ok is None:
+            return False
+        if ok:
+            return True
         search = Bisect.of(len(batch))
-        while (rng := search.next_range()) is not None:
-            if self.stopping.is_set():
+        while (span := search.next_range()) is not None:
+            ok = self._until_answered(batch[span[0]:span[1]])
+            if ok is None:
                 return False
-            lo, hi = rng
-            verdict = classify(self._post([rec for _, rec in batch[lo:hi]]))
-            if verdict == "retry":
-                self.failures += 1
-                self.stopping.wait(backoff_s(self.failures, self.rng))
-                continue   # same range again
-            search.result(verdict == "ok")
+            search.result(ok)
         for i in search.bad:
-            self.set_aside += 1
-            self.log.error("spool.ship_rejected", seq=batch[i][0], record=batch[i][1][:500].decode(errors="replace"))
-            self.spool.own_event("spool.ship_rejected",
-                                 {"seq": batch[i][0], "record_prefix": batch[i][1][:200].decode(errors="replace")})
+            self._set_aside(*batch[i])
         return True
+
+    def _until_answered(self, records: list[tuple[int, bytes]]) -> bool | None:
+        """POST until Vector takes (True) or refuses (False) the records; None when stopping."""
+        body = b"".join(rec + b"\n" for _, rec in records)
+        while not self.stopping.is_set():
+            status, retry_after = self._post(body)
+            verdict = classify(status)
+            if verdict != "retry":
+                self._recovered()
+                return verdict == "ok"
+            self._back_off(status, retry_after)
+        return None
+
+    def _post(self, body: bytes) -> tuple[int | None, float | None]:
+        client = self._connect()
+        if client is None:
+            return None, None
+        self.attempts += 1
+        try:
+            # The client prefixes its base URL's path (e.g. /events); "/" only for a bare host.
+            resp = client.request("POST", "" if client.prefix else "/", body=body, timeout_s=self.timeout_s,
+                                  headers={"Content-Type": "application/x-ndjson"})
+        except HttpError as e:
+            if not self.failures:
+                self.log.warning("ship.failing", reason=e.reason, detail=e.detail[:200])
+            return None, None
+        if not 200 <= resp.status < 300 and not self.failures:
+            self.log.warning("ship.failing", status=resp.status, body=resp.body[:200].decode(errors="replace"))
+        return resp.status, retry_after_s(resp.headers.get("retry-after"), self.backoff[1])
+
+    def _connect(self) -> HttpClient | None:
+        url = self.url
+        if url != self._client_url:
+            if self._client is not None:
+                self._client.close()
+            self._client, self._client_url = None, url
+            if url is not None:
+                try:
+                    self._client = HttpClient(url, timeout_s=self.timeout_s, max_body=64 << 10)
+                except ValueError as e:
+                    self.log.error("ship.bad_url", url=url, error=str(e))
+        return self._client
+
+    def _back_off(self, status: int | None, retry_after: float | None = None) -> None:
+        if not self.failures:
+            self.failing_since = time.monotonic()
+        delay = backoff_s(self.failures, self.rng, *self.backoff)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        self.failures += 1
+        self.stopping.wait(delay)
+
+    def _recovered(self) -> None:
+        if self.failures:
+            self.log.info("ship.recovered", failed_attempts=self.failures,
+                          after_s=round(time.monotonic() - self.failing_since, 3))
+        self.failures = 0
+
+    def _release(self, upto_seq: int) -> None:
+        try:
+            self.store.release(upto_seq)
+        except SpoolIOError as e:
+            # The head moved in memory; the header is written again at the next sync.
+            self.log.error("ship.release_error", error=str(e))
+
+    def _set_aside(self, seq: int, record: bytes) -> None:
+        self.set_aside += 1
+        prefix = record[:RECORD_PREFIX].decode(errors="replace")
+        self.log.error("spool.ship_rejected", seq=seq, record=record[:500].decode(errors="replace"))
+        self.store.report("spool.ship_rejected", {"seq": seq, "bytes": len(record), "record_prefix": prefix})

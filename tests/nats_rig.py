@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 
 from tests.procutil import free_port, port_open, stop_pid, wait_for
 
@@ -22,9 +23,10 @@ def nats_server_binary() -> str:
 class NatsServer:
     """Start, stop and restart (on the same port) a real nats-server."""
 
-    def __init__(self, log_path: str | None = None) -> None:
+    def __init__(self, log_path: str | None = None, args: Sequence[str] = ()) -> None:
         self.port = free_port()
         self.log_path = log_path
+        self.args = list(args)   # e.g. ["-c", "tls.conf"]; -a/-p on the command line still win
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -33,7 +35,7 @@ class NatsServer:
 
     def start(self) -> NatsServer:
         with open(self.log_path or os.devnull, "ab") as out:
-            self.proc = subprocess.Popen([nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port)],
+            self.proc = subprocess.Popen([nats_server_binary(), *self.args, "-a", "127.0.0.1", "-p", str(self.port)],
                                          stdout=out, stderr=subprocess.STDOUT)
         wait_for(lambda: port_open(self.port), 10, f"nats-server on port {self.port}")
         return self

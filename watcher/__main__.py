@@ -1,17 +1,21 @@
 """sco-watcher: hears notices on every channel and announces the current notice state.
 
-Inputs: the NATS relay (per-node and hall-wide subjects) and a poll of the
-instance metadata service. Output: the level-triggered notice state on
-``watcher.pub``, re-announced every second and at once on change, and
-persisted under the runtime directory so a restarted watcher (or a restarted
-executor listening to it) picks the drain up where it was.
+Inputs: the NATS relay (per-node and hall-wide subjects, ``watcher.relay``)
+and a poll of the instance metadata service (``watcher.metadata_loop``).
+Output: the level-triggered notice state on ``watcher.pub``, re-announced
+every second and at once on change, and persisted under the runtime
+directory so a restarted watcher (or a restarted executor listening to it)
+picks the drain up where it was. The drain progress the executor publishes
+tells the metadata source when a drain is done (Azure acknowledges).
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
+from typing import Any
 
 import ujson
 import zmq
@@ -24,12 +28,35 @@ from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import SpoolLink, start
 from watcher.contract_keeper import ContractKeeper, contract_message
 from watcher.inject import inject_dir, read_injected
+from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
-from watcher.providers import MetadataError, make_source
+from watcher.providers import MetadataError, MetadataSource
+from watcher.relay import run_relay
 
 ANNOUNCE_EVERY_S = 1.0
-TICK_S = 1.0   # idle wake-up; a change is announced at once via the `changed` event
+TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
+# A repeated error is logged (and sent to the spool) again only after this long;
+# every occurrence is still counted.
+REPEAT_REPORT_S = 60.0
+
+
+class Throttle:
+    """Says whether a repeated report (same key) is due again; a pure function of the clock."""
+
+    def __init__(self, every_s: float, limit: int = 256) -> None:
+        self.every_s = every_s
+        self.limit = limit
+        self.last: dict[str, float] = {}
+
+    def due(self, key: str, now: float) -> bool:
+        if now - self.last.get(key, -1e18) < self.every_s:
+            return False
+        self.last.pop(key, None)
+        self.last[key] = now
+        while len(self.last) > self.limit:
+            del self.last[next(iter(self.last))]
+        return True
 
 
 class Watcher:
@@ -38,16 +65,21 @@ class Watcher:
     def __init__(self, config: Config, log: Logger, ctx: zmq.Context) -> None:
         self.config = config
         self.log = log
-        self.state_path = os.path.join(config.paths.runtime_dir, STATE_FILE)
+        rd = config.paths.runtime_dir
+        self.state_path = os.path.join(rd, STATE_FILE)
         self.book = self._load_book()
-        self.pub = ipc.bind(ctx, zmq.PUB, config.paths.runtime_dir, ipc.WATCHER_PUB)
+        self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.WATCHER_PUB)
+        self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
-        # Every channel a notice arrived on, first arrival each (for the verdict's timeline).
-        self.arrivals: dict[str, dict[str, float]] = {}
-        self.changed = asyncio.Event()
+        self.throttle = Throttle(REPEAT_REPORT_S)
+        self.metadata_failing = ""            # the reason while the metadata service fails
+        self.metadata_wake: asyncio.Event | None = None
+        self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
+        self.drained_pending: list[str] = []
+        self.changed = asyncio.Event()        # set: announce at the next turn of the tick loop
         # The contract comes first: the drain budget must be known before any work lands.
         self.contracts = ContractKeeper(config, log, self.spool.emit)
         self.contracts.load()
@@ -59,7 +91,7 @@ class Watcher:
                 return NoticeBook.restore(node, ujson.loads(f.read(1 << 20)))
         except FileNotFoundError:
             return NoticeBook(node=node)
-        except (ValueError, OSError, TypeError) as e:
+        except (ValueError, OSError, TypeError, AttributeError) as e:
             # A corrupt state file must not stop the watcher: start empty, the
             # channels will re-deliver a live notice within one poll.
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
@@ -68,13 +100,13 @@ class Watcher:
     def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
 
-    # -- inputs ---------------------------------------------------------------
+    # -- inputs: notices --------------------------------------------------------
     def on_relay_payload(self, payload: bytes, subject: str) -> None:
         now = time.time()
         try:
             notice = parse_relay_payload(payload, self.config.relay.max_payload)
         except Rejected as e:
-            self.reject(e, "relay", len(payload), subject=subject[:200])
+            self.reject(e, "relay", len(payload), now, subject=subject[:200])
             return
         self.observe(notice.with_arrival("relay", now), now)
 
@@ -84,138 +116,206 @@ class Watcher:
                                           self.config.relay.max_payload):
             now = time.time()
             if isinstance(result, Rejected):
-                self.reject(result, "local", 0, file=name[:200])
+                self.reject(result, "local", 0, now, file=name[:200])
             else:
                 self.observe(result.with_arrival("local", now), now)
 
-    def reject(self, e: Rejected, channel: str, size: int, **where: str) -> None:
+    def reject(self, e: Rejected, channel: str, size: int, now: float, **where: str) -> None:
+        """Count every rejection; log and send it to the spool once a minute per reason."""
         self.count(f"rejected.{e.reason}")
-        self.log.warning("notice.rejected", channel=channel, reason=e.reason, detail=e.detail[:300],
-                         size=size, **where)
-        self.spool.emit("notice.rejected", data={"channel": channel, "reason": e.reason,
-                                                 "detail": e.detail[:300], "size": size})
+        if self.throttle.due(f"rejected.{e.reason}", now):
+            data = {"channel": channel, "reason": e.reason, "detail": e.detail[:300], "size": size,
+                    "count": self.counters[f"rejected.{e.reason}"]}
+            self.log.warning("notice.rejected", **data, **where)
+            self.spool.emit("notice.rejected", data=data, now=now)
 
-    def observe(self, notice: Notice, now: float) -> None:
+    def observe(self, notice: Notice, now: float) -> Outcome:
+        gen = self.book.gen
         outcome = self.book.observe(notice, now)
         self.count(f"{outcome.action}.{notice.channel}")
-        held = outcome.earlier if outcome.action == "duplicate" else outcome.notice
-        if outcome.action in ("new", "duplicate") and held is not None:
-            self.arrivals.setdefault(held.id, {}).setdefault(notice.channel, notice.received_at or now)
+        if outcome.reason:
+            self.count(f"ignored.reason.{outcome.reason}")
         self._report(outcome, now)
-        if outcome.action in ("new", "withdrawn"):
+        self._after_change(gen)
+        return outcome
+
+    def withdraw(self, notice_id: str, channel: str, now: float) -> None:
+        gen = self.book.gen
+        outcome = self.book.withdraw(notice_id, now)
+        if outcome is not None:
+            self.count(f"withdrawn.{channel}")
+            self._report(outcome, now)
+            self._after_change(gen)
+
+    def _after_change(self, gen: int) -> None:
+        # Persist before announcing: a watcher killed in between still knows what it announced.
+        if self.book.dirty:
             self.persist()
-            self.changed.set()
+        if self.book.gen != gen:
+            self.announce()
 
     def _report(self, outcome: Outcome, now: float) -> None:
         n = outcome.notice
         if outcome.action == "new":
+            d = n.to_dict()
             data = {"kind": n.kind, "channel": n.channel, "source": n.source, "detail": n.detail,
-                    "issued_at": n.to_dict()["issued_at"], "deadline": n.to_dict()["deadline"],
-                    "received_at": round(n.received_at, 3),
-                    "late": n.deadline < now}
+                    "issued_at": d["issued_at"], "deadline": d["deadline"],
+                    "received_at": round(n.received_at, 3), "late": n.deadline < now}
             self.log.info("notice.received", notice_id=n.id, **data)
             self.spool.emit("notice.received", n.id, data, now)
-        elif outcome.action == "duplicate":
-            # The first arrival stays the receive time; a later channel is recorded once.
-            earlier = outcome.earlier
-            self.log.debug("notice.duplicate", notice_id=earlier.id if earlier else n.id,
-                           channel=n.channel)
+        elif outcome.action == "duplicate" and outcome.first_on_channel and outcome.earlier is not None:
+            # The first arrival stays the receive time; another channel's first arrival is recorded once.
+            held = outcome.earlier
+            data = {"channel": n.channel, "id_on_channel": n.id, "received_at": round(n.received_at or now, 3),
+                    "after_first_ms": round(((n.received_at or now) - held.received_at) * 1000)}
+            self.log.info("notice.duplicate", notice_id=held.id, **data)
+            self.spool.emit("notice.duplicate", held.id, data, now)
         elif outcome.action == "withdrawn":
-            self.log.info("notice.withdrawn", notice_id=n.id)
+            self.log.info("notice.withdrawn", notice_id=n.id, kind=n.kind)
             self.spool.emit("notice.withdrawn", n.id, {"kind": n.kind}, now)
-        elif outcome.reason != "withdrawn":
-            self.log.info("notice.ignored", notice_id=n.id, reason=outcome.reason, node=n.node[:200])
-            self.spool.emit("notice.ignored", n.id, {"reason": outcome.reason, "node": n.node[:200]}, now)
+        elif (outcome.action == "ignored" and outcome.reason != "withdrawn"
+              and self.throttle.due(f"ignored.{outcome.reason}.{n.id}", now)):
+            data = {"reason": outcome.reason, "node": n.node[:200], "channel": n.channel}
+            self.log.info("notice.ignored", notice_id=n.id, **data)
+            self.spool.emit("notice.ignored", n.id, data, now)
 
+    # -- inputs: the metadata loop (watcher.metadata_loop.Host) -------------------
+    def metadata_started(self, source: MetadataSource, wake: asyncio.Event) -> None:
+        source.resume(self.book.known_notices())
+        self.metadata_wake = wake
+
+    def on_metadata_round(self, source: str, rnd: Round) -> None:
+        now = rnd.done_at
+        self.drained_pending += [i for i in rnd.unreported if i not in self.drained_pending]
+        if rnd.error is not None:
+            self._metadata_error(source, rnd.error, now)
+            return
+        assert rnd.result is not None
+        for e in rnd.result.errors:
+            self._metadata_error(source, e, now)
+        if self.metadata_failing and not rnd.result.errors:
+            self.log.info("metadata.recovered", provider=source, after=self.metadata_failing)
+            self.metadata_failing = ""
+        for notice in rnd.result.notices:
+            self.observe(notice.with_arrival("metadata", now), now)
+        for nid in rnd.result.withdrawn:
+            self.withdraw(nid, "metadata", now)
+
+    def _metadata_error(self, source: str, e: MetadataError, now: float) -> None:
+        self.count(f"metadata.error.{e.reason}")
+        if self.throttle.due(f"metadata.{e.reason}", now):
+            data = {"provider": source, "reason": e.reason, "detail": e.detail,
+                    "count": self.counters[f"metadata.error.{e.reason}"]}
+            self.log.warning("metadata.error", **data)
+            self.spool.emit("metadata.error", data=data, now=now)
+        self.metadata_failing = e.reason
+
+    def on_metadata_disabled(self, error: str) -> None:
+        self.count("metadata.disabled")
+        self.log.error("metadata.disabled", error=error)
+
+    def take_drained(self) -> list[str]:
+        out, self.drained_pending = self.drained_pending, []
+        return out
+
+    # -- inputs: relay status, executor progress -----------------------------------
     def on_relay_status(self, status: str, detail: str) -> None:
         self.count(f"relay.{status}")
-        level = self.log.warning if status in ("error", "disconnected") else self.log.info
+        now = time.time()
+        if status == "error":
+            if not self.throttle.due("relay.error", now):
+                return
+            detail = f"{detail} (count {self.counters['relay.error']})"
+        level = self.log.warning if status in ("error", "disconnected", "closed") else self.log.info
         level(f"relay.{status}", detail=detail)
+        event = {"connected": "relay.connected", "reconnected": "relay.connected",
+                 "disconnected": "relay.disconnected", "error": "relay.error"}.get(status)
+        if event:
+            self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
-    # -- outputs ----------------------------------------------------------------
+    def on_progress_readable(self) -> None:
+        while True:
+            try:
+                frames = self.progress_sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                _, body = ipc.decode(frames)
+                notices = body.get("notices")
+                if not isinstance(notices, dict):
+                    raise ipc.BadMessage("progress without a notices object")
+            except ipc.BadMessage as e:
+                self.count("ipc.rejected")
+                self.log.warning("ipc.rejected", socket=ipc.EXECUTOR_PUB, error=str(e)[:300])
+                continue
+            self._on_progress(notices)
+
+    def _on_progress(self, notices: dict[str, Any]) -> None:
+        for nid, rec in notices.items():
+            if not isinstance(rec, dict) or rec.get("state") != "done" or nid in self.drained_seen:
+                continue
+            self.drained_seen.add(nid)
+            held = self.book.resolve(nid)
+            ids = self.book.ids_of(held) if held in self.book.active else [nid]
+            self.drained_pending += [i for i in ids if i not in self.drained_pending]
+            if self.metadata_wake is not None:
+                self.metadata_wake.set()
+
+    # -- outputs --------------------------------------------------------------------
     def persist(self) -> None:
         try:
             write_atomic(self.state_path, ujson.dumps(self.book.snapshot()).encode())
+            self.book.dirty = False
         except OSError as e:
+            self.count("state.write_failed")
             self.log.error("state.write_failed", path=self.state_path, error=str(e))
 
     def announce(self) -> None:
         ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
         snap = self.book.snapshot()
-        for nid in [i for i in self.arrivals if i not in self.book.active]:
-            del self.arrivals[nid]
         ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
-                                          "withdrawn": list(snap["withdrawn"]),
-                                          "arrivals": self.arrivals, "counters": self.counters,
-                                          "started_at": self.started_at})
+                                          "withdrawn": list(snap["withdrawn"]), "arrivals": snap["arrivals"],
+                                          "counters": dict(self.counters), "started_at": self.started_at})
+
+    def tick(self) -> None:
+        """One turn of housekeeping: spool acks and resends, executor progress, injected notices,
+        the re-announce."""
+        self.spool.on_readable()
+        self.spool.tick()
+        self.on_progress_readable()
+        self.on_injected()
+        self.book.forget_old(time.time())
+        if self.book.dirty:
+            self.persist()
+        self.announce()
 
 
-async def poll_metadata(w: Watcher, stop: asyncio.Event) -> None:
-    try:
-        source = make_source(w.config)
-    except ValueError as e:
-        w.log.error("metadata.disabled", error=str(e))
-        return
-    if source is None:
-        return
-    interval = w.config.metadata.poll_interval_s
+async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:
+    """A turn every TICK_S (= the 1 s re-announce), or at once when ``changed`` (a new contract).
+
+    A change in the notices is announced where it happens, without waiting for a turn.
+    """
     while not stop.is_set():
-        started = time.monotonic()
-        try:
-            result = await asyncio.to_thread(source.poll, time.time())
-        except MetadataError as e:
-            w.count(f"metadata.error.{e.reason}")
-            w.log.warning("metadata.error", provider=source.name, reason=e.reason, detail=e.detail[:300])
-        else:
-            now = time.time()
-            for notice in result.notices:
-                w.observe(notice.with_arrival("metadata", notice.received_at or now), now)
-            for nid in result.withdrawn:
-                outcome = w.book.withdraw(nid, now)
-                if outcome is not None:
-                    w._report(outcome, now)
-                    w.persist()
-                    w.changed.set()
-        wait = max(0.0, interval - (time.monotonic() - started))
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=wait)
-        except TimeoutError:
-            pass
-
-
-async def announce_loop(w: Watcher, stop: asyncio.Event) -> None:
-    last = 0.0
-    while not stop.is_set():
-        w.spool.on_readable()
-        w.spool.tick()
-        w.on_injected()
-        now = time.monotonic()
-        if w.changed.is_set() or now - last >= ANNOUNCE_EVERY_S:
-            w.changed.clear()
-            w.announce()
-            last = now
-            w.book.forget_old(time.time())
-        try:
-            await asyncio.wait_for(w.changed.wait(), timeout=TICK_S)
-        except TimeoutError:
-            pass
+        w.changed.clear()
+        w.tick()
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(w.changed.wait())]
+        await asyncio.wait(waiters, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def run(config: Config, log: Logger) -> int:
-    from watcher.relay import run_relay
-
     ctx = zmq.Context()
     w = Watcher(config, log, ctx)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    import signal
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     w.announce()
     tasks = [
         asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
-        asyncio.create_task(poll_metadata(w, stop)),
-        asyncio.create_task(announce_loop(w, stop)),
+        asyncio.create_task(poll_metadata(w, config, stop)),
+        asyncio.create_task(tick_loop(w, stop)),
         asyncio.create_task(w.contracts.run(stop, lambda contract: w.changed.set())),
     ]
     await stop.wait()

@@ -1,26 +1,46 @@
 """The notice relay: a NATS subscription to this node's and this hall's subjects (nats-py).
 
 Thin adapter: it hands every raw payload to ``on_payload`` and reports
-connection changes to ``on_status``; parsing and decisions live elsewhere.
-nats-py reconnects forever once connected and re-subscribes by itself after a
-server restart; the first connection is retried here with capped backoff,
-because ``nats.connect`` gives up when no server answers at start.
+connection changes to ``on_status(status, detail)`` (connected, disconnected,
+reconnected, error, closed, disabled); parsing and decisions live elsewhere.
+
+Staying connected: nats-py, given ``max_reconnect_attempts=-1``, retries the
+first connection and every reconnection forever (one try per
+``reconnect_time_wait``) and re-sends our subscriptions after a server
+restart. Should the client still end up closed, we start over with capped
+backoff. Core NATS keeps nothing for a subscriber that is away, so a notice
+published while we are disconnected is lost *on this channel*: the metadata
+poll is the floor that still hears it.
+
+Memory: ``import nats`` also imports its JetStream package, ``logging`` and
+``importlib.metadata`` (nats-py offers no option against that), and imports
+``aiohttp`` when it is installed, for ``ws://`` servers only. Unless a
+``ws://`` server is configured we make that import fail, as Python's import
+system documents for a ``None`` entry in ``sys.modules``.
 """
 from __future__ import annotations
 
 import asyncio
-import random
+import contextlib
 import ssl
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from common.config import Config
 from common.notice import relay_subjects
 
-FIRST_CONNECT_BACKOFF_MAX_S = 10.0
+RECONNECT_WAIT_S = 1          # the relay is the fast channel: come back quickly
+RESTART_BACKOFF_MAX_S = 30.0
+# A subscriber that falls behind drops messages instead of growing without bound:
+# 1000 notices of at most 8 KiB is far beyond any real burst.
+PENDING_MSGS = 1000
+PENDING_BYTES = 1000 * 8192
+Status = Callable[[str, str], None]
 
 
-def _tls_context(config: Config) -> ssl.SSLContext | None:
+def tls_context(config: Config) -> ssl.SSLContext | None:
+    """A verifying client context when TLS is configured (CA, client cert, or tls:// URL)."""
     relay = config.relay
     if not (relay.tls_ca or relay.tls_cert or any(s.startswith("tls://") for s in relay.servers)):
         return None
@@ -30,62 +50,115 @@ def _tls_context(config: Config) -> ssl.SSLContext | None:
     return ctx
 
 
-async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
-                    on_status: Callable[[str, str], None], stop: asyncio.Event) -> None:
-    """Subscribe until ``stop`` is set. Never raises for a server that is down."""
-    import nats  # only the watcher pays for nats-py
-
-    servers = list(config.relay.servers)
-    if not servers:
-        on_status("disabled", "no relay servers configured")
-        return
-    subjects = relay_subjects(config.node.hall, config.node.name)
-
-    async def handler(msg: Any) -> None:
-        on_payload(msg.data, msg.subject)
+def connect_options(config: Config, on_status: Status, closed: asyncio.Event) -> dict[str, Any]:
+    """nats-py connect options; reads TLS and credentials files (OSError/ValueError if unusable)."""
 
     async def disconnected() -> None:
         on_status("disconnected", "")
 
     async def reconnected() -> None:
-        on_status("connected", "reconnected")
+        on_status("reconnected", "")
 
     async def error(e: Exception) -> None:
         on_status("error", f"{type(e).__name__}: {e}"[:300])
 
+    async def was_closed() -> None:
+        closed.set()
+
     options: dict[str, Any] = {
-        "servers": servers, "allow_reconnect": True, "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 1, "connect_timeout": 2, "ping_interval": 20, "max_outstanding_pings": 3,
-        "disconnected_cb": disconnected, "reconnected_cb": reconnected, "error_cb": error,
-        "name": f"sco-agent-watcher/{config.node.name}",
+        "servers": list(config.relay.servers), "allow_reconnect": True, "max_reconnect_attempts": -1,
+        "reconnect_time_wait": RECONNECT_WAIT_S, "connect_timeout": 2, "ping_interval": 20,
+        "max_outstanding_pings": 3, "disconnected_cb": disconnected, "reconnected_cb": reconnected,
+        "error_cb": error, "closed_cb": was_closed, "name": f"sco-agent-watcher/{config.node.name}",
     }
-    tls = _tls_context(config)
+    tls = tls_context(config)
     if tls is not None:
         options["tls"] = tls
     if config.relay.credentials_file:
-        options["user_credentials"] = config.relay.credentials_file
+        from watcher.nats_creds import callbacks
 
-    delay = 0.5
-    nc = None
-    while not stop.is_set():
-        try:
-            nc = await nats.connect(**options)
-            break
-        except Exception as e:  # noqa: BLE001 -- nats-py raises many types; all mean "retry later"
-            on_status("error", f"connect: {type(e).__name__}: {e}"[:300])
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=delay * random.uniform(0.8, 1.2))
-            except TimeoutError:
-                pass
-            delay = min(delay * 2, FIRST_CONNECT_BACKOFF_MAX_S)
-    if nc is None:
+        options["user_jwt_cb"], options["signature_cb"] = callbacks(config.relay.credentials_file)
+    return options
+
+
+def import_nats(servers: list[str]) -> Any:
+    if not any(s.startswith(("ws://", "wss://")) for s in servers):
+        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]
+    import nats  # only the watcher pays for nats-py
+
+    return nats
+
+
+async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
+                    on_status: Status, stop: asyncio.Event) -> None:
+    """Subscribe until ``stop`` is set. Never raises for a server that is down."""
+    servers = list(config.relay.servers)
+    if not servers:
+        on_status("disabled", "no relay servers configured")
         return
-    for subject in subjects:
-        await nc.subscribe(subject, cb=handler)
-    await nc.flush(timeout=2)
-    on_status("connected", ",".join(subjects))
-    await stop.wait()
+    nats = import_nats(servers)
+    subjects = relay_subjects(config.node.hall, config.node.name)
+
+    def report(status: str, detail: str) -> None:
+        if not stop.is_set():   # the disconnect of our own drain on stop is no news
+            on_status(status, detail)
+
+    async def handler(msg: Any) -> None:
+        on_payload(msg.data, msg.subject)
+
+    delay = RECONNECT_WAIT_S
+    while not stop.is_set():
+        closed = asyncio.Event()
+        nc = None
+        try:
+            options = connect_options(config, report, closed)
+            nc = await _until_stop(nats.connect(**options), stop)
+            if nc is None:
+                return
+            for subject in subjects:
+                await nc.subscribe(subject, cb=handler, pending_msgs_limit=PENDING_MSGS,
+                                   pending_bytes_limit=PENDING_BYTES)
+            await nc.flush(timeout=2)
+        except Exception as e:  # noqa: BLE001 -- nats-py, ssl and file errors alike mean "retry later"
+            report("error", f"connect: {type(e).__name__}: {e}"[:300])
+            if nc is not None:
+                await _close_quietly(nc)
+            await _sleep(stop, delay)
+            delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
+            continue
+        delay = RECONNECT_WAIT_S
+        report("connected", ",".join(subjects))
+        await _until_stop(closed.wait(), stop)
+        if stop.is_set():
+            await _close_quietly(nc)
+            return
+        report("closed", "connection closed; starting over")
+        await _sleep(stop, delay)
+
+
+async def _until_stop(awaitable: Any, stop: asyncio.Event) -> Any:
+    """The awaitable's result, or None (the awaitable cancelled) once ``stop`` is set."""
+    task = asyncio.ensure_future(awaitable)
+    stopper = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        stopper.cancel()
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task})   # let the cancellation land; its outcome no longer matters
+    if not task.cancelled():
+        task.exception()          # retrieved, so asyncio does not warn about it
+    return None
+
+
+async def _close_quietly(nc: Any) -> None:
+    # Stopping or starting over: whatever the old connection says now is no news.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.close(), timeout=2)
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
     try:
-        await nc.drain()
-    except Exception as e:  # noqa: BLE001 -- shutting down; a failed drain only needs a mention
-        on_status("error", f"drain on stop: {type(e).__name__}")
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        pass

@@ -1,71 +1,173 @@
 """AWS EC2 instance metadata, IMDSv2 (token first, then every GET carries it).
 
-Spot interruption: ``spot/instance-action`` is 404 until AWS decides to take
-the instance, then ``{"action": "terminate|stop|hibernate", "time": ...}``.
-The notice id is derived from the instance and the action time, so every 5 s
-poll of the same interruption yields the same notice.
+Three documents, each its own check (one failing does not hide the others):
+
+- ``spot/instance-action``: 404 until AWS decides to take the instance, then
+  ``{"action": "terminate|stop|hibernate", "time": RFC 3339}`` -> ``reclaim``.
+  The id is derived from the instance and the action time. The first notice
+  seen is *latched* while the document stays present: AWS's own mock returns a
+  new time on every read, and a naive poller would see a new reclaim every 5 s.
+  Only an earlier time (or another action) replaces it -- never drain later
+  than AWS says.
+- ``events/recommendations/rebalance``: ``{"noticeTime": RFC 3339}`` ->
+  ``rebalance`` (the contract maps it to cordon-only). AWS gives no deadline;
+  the earliest a reclaim can follow is one interruption notice, two minutes.
+- ``events/maintenance/scheduled``: a list of events with times in Go's
+  ``2 Jan 2006 15:04:05 GMT`` layout; ``active`` -> ``maintenance`` with the
+  deadline ``NotBefore``; ``canceled``/``completed`` (or gone from the list) ->
+  withdrawn.
+
+The token is requested with the configured TTL; the TTL AWS *granted* (echoed
+in the response header) decides when it is renewed, a little before expiry,
+and a 401 drops it. IMDSv1 (no token) only when configured: it is an SSRF risk.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 import ujson
 
 from common.config import Config
 from common.http import HttpClient, HttpError
 from common.notice import Notice, derived_id
-from common.timefmt import parse_rfc3339
-from watcher.providers import MetadataError, PollResult
+from common.timefmt import parse_gmt, parse_rfc3339
+from watcher.providers import BaseSource, MetadataError, PollResult, Wake, http_reason, run_checks
 
 TOKEN_PATH = "/latest/api/token"
-INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
+TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
+TOKEN_HEADER = "X-aws-ec2-metadata-token"
 INSTANCE_ID = "/latest/meta-data/instance-id"
-# Renew the token this long before it expires, so no poll ever carries a dead one.
+INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
+REBALANCE = "/latest/meta-data/events/recommendations/rebalance"
+MAINTENANCE = "/latest/meta-data/events/maintenance/scheduled"
+SPOT_ACTIONS = ("terminate", "stop", "hibernate")
+# A spot interruption notice is issued two minutes before the action.
+SPOT_LEAD_S = 120.0
+# Renew the token this long before it expires (at most a quarter of its life),
+# so no poll ever carries a dead one.
 TOKEN_RENEW_MARGIN_S = 60.0
+MAX_EVENTS = 100
+_MAX_TEXT = 256
 
 
-class Source:
+def parse_instance_action(body: bytes, node: str, instance_id: str, now: float) -> Notice:
+    """``spot/instance-action`` -> a reclaim notice; MetadataError("bad_body") otherwise."""
+    doc = _json(body, "spot/instance-action")
+    action, when_text = doc.get("action"), doc.get("time")
+    if action not in SPOT_ACTIONS:
+        raise MetadataError("bad_body", f"spot/instance-action: unknown action {str(action)[:32]!r}")
+    when = _rfc3339(when_text, "spot/instance-action time")
+    return Notice(
+        id=derived_id("aws", instance_id, "reclaim", when_text), kind="reclaim", node=node,
+        instance_id=instance_id, issued_at=when - SPOT_LEAD_S, deadline=when, source="aws",
+        channel="metadata", received_at=now, detail=action,
+    )
+
+
+def parse_rebalance(body: bytes, node: str, instance_id: str, now: float) -> Notice:
+    """``events/recommendations/rebalance`` -> a rebalance notice."""
+    when_text = _json(body, "rebalance").get("noticeTime")
+    when = _rfc3339(when_text, "rebalance noticeTime")
+    return Notice(
+        id=derived_id("aws", instance_id, "rebalance", when_text), kind="rebalance", node=node,
+        instance_id=instance_id, issued_at=when, deadline=when + SPOT_LEAD_S, source="aws",
+        channel="metadata", received_at=now, detail="rebalance-recommendation",
+    )
+
+
+def parse_maintenance(body: bytes, node: str, instance_id: str, now: float) -> tuple[list[Notice], list[str]]:
+    """``events/maintenance/scheduled`` -> (active events as notices, ids of canceled/completed)."""
+    try:
+        events = ujson.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MetadataError("bad_body", f"maintenance: {e}") from None
+    if not isinstance(events, list) or len(events) > MAX_EVENTS:
+        raise MetadataError("bad_body", "maintenance: not a list of at most 100 events")
+    notices, ended = [], []
+    for event in events:
+        if not isinstance(event, dict):
+            raise MetadataError("bad_body", "maintenance: an event is not an object")
+        event_id, code, state = (_text(event, k, "maintenance") for k in ("EventId", "Code", "State"))
+        nid = derived_id("aws", instance_id, "maintenance", event_id)
+        if state in ("canceled", "completed"):
+            ended.append(nid)
+            continue
+        if state != "active":
+            raise MetadataError("bad_body", f"maintenance: unknown State {state[:32]!r}")
+        try:
+            not_before = parse_gmt(_text(event, "NotBefore", "maintenance"))
+        except ValueError as e:
+            raise MetadataError("bad_body", f"maintenance NotBefore: {e}") from None
+        notices.append(Notice(
+            id=nid, kind="maintenance", node=node, instance_id=instance_id,
+            # AWS does not say when it scheduled the event; first sight is the best we know.
+            issued_at=min(now, not_before), deadline=not_before, source="aws",
+            channel="metadata", received_at=now, detail=code,
+        ))
+    return notices, ended
+
+
+class Source(BaseSource):
     name = "aws"
 
-    def __init__(self, config: Config, http: HttpClient | None = None) -> None:
-        self.node = config.node.name
-        self.instance_id = config.node.instance_id
+    def __init__(self, config: Config, http: HttpClient | None = None, wake: Wake | None = None) -> None:
+        super().__init__(config, http, wake)
         self.ttl = config.metadata.imds_token_ttl_s
         self.allow_v1 = config.metadata.allow_imdsv1
-        self.http = http or HttpClient(config.metadata.url, timeout_s=config.metadata.timeout_s,
-                                       max_body=config.metadata.max_body)
         self.token = ""
         self.token_expires = 0.0
+        self.spot: Notice | None = None                 # the latched interruption notice
+        self.maintenance: set[str] = set()              # ids of active maintenance notices
+
+    def resume(self, active: Iterable[Notice]) -> None:
+        for n in self.own(active):
+            if n.kind == "reclaim":
+                self.spot = n
+            elif n.kind == "maintenance":
+                self.maintenance.add(n.id)
 
     def poll(self, now: float) -> PollResult:
         if not self.instance_id:
             self.instance_id = self._get(INSTANCE_ID, now).decode("ascii", "replace").strip()[:64]
+        return run_checks((
+            lambda r: self._check_spot(r, now),
+            lambda r: self._check_rebalance(r, now),
+            lambda r: self._check_maintenance(r, now),
+        ))
+
+    def _check_spot(self, result: PollResult, now: float) -> None:
         body = self._get(INSTANCE_ACTION, now, missing_ok=True)
         if body is None:
-            return PollResult()
-        return PollResult(notices=[self.parse_instance_action(body, now)])
+            self.spot = None
+            return
+        seen = parse_instance_action(body, self.node, self.instance_id, now)
+        held = self.spot
+        if held is None or seen.detail != held.detail or seen.deadline < held.deadline:
+            self.spot = seen
+        result.notices.append(self.spot)
 
-    def parse_instance_action(self, body: bytes, now: float) -> Notice:
-        try:
-            doc = ujson.loads(body)
-            action = doc["action"]
-            when = parse_rfc3339(doc["time"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise MetadataError("bad_body", f"spot/instance-action: {e}") from None
-        if action not in ("terminate", "stop", "hibernate"):
-            raise MetadataError("bad_body", f"spot/instance-action: unknown action {str(action)[:32]!r}")
-        return Notice(
-            id=derived_id("aws", self.instance_id, "reclaim", doc["time"]),
-            kind="reclaim", node=self.node, instance_id=self.instance_id,
-            # AWS gives the action time only; the notice is issued two minutes before it.
-            issued_at=when - 120.0, deadline=when, source="aws", channel="metadata",
-            received_at=now, detail=action,
-        )
+    def _check_rebalance(self, result: PollResult, now: float) -> None:
+        body = self._get(REBALANCE, now, missing_ok=True)
+        if body is not None:
+            result.notices.append(parse_rebalance(body, self.node, self.instance_id, now))
+
+    def _check_maintenance(self, result: PollResult, now: float) -> None:
+        body = self._get(MAINTENANCE, now, missing_ok=True)
+        notices, ended = parse_maintenance(body or b"[]", self.node, self.instance_id, now)
+        current = {n.id for n in notices}
+        # An active event that vanished from the list without a final state is over too.
+        gone = self.maintenance - current
+        result.notices += notices
+        result.withdrawn += ended + sorted(gone - set(ended))
+        self.maintenance = current
 
     def _get(self, path: str, now: float, missing_ok: bool = False) -> bytes | None:
         for attempt in (1, 2):
             headers = {}
             token = self._token(now)
             if token:
-                headers["X-aws-ec2-metadata-token"] = token
+                headers[TOKEN_HEADER] = token
             try:
                 resp = self.http.request("GET", path, headers=headers)
             except HttpError as e:
@@ -78,24 +180,57 @@ class Source:
                 return resp.body
             if resp.status == 404 and missing_ok:
                 return None
-            raise MetadataError(f"http_{resp.status}", f"GET {path}")
+            raise MetadataError(http_reason(resp.status), f"GET {path}")
         raise MetadataError("http_401", f"GET {path}: token refused twice")
 
     def _token(self, now: float) -> str:
-        if self.token and now < self.token_expires - TOKEN_RENEW_MARGIN_S:
+        if self.token and now < self.token_expires:
             return self.token
         try:
-            resp = self.http.request("PUT", TOKEN_PATH,
-                                     headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.ttl)},
-                                     max_body=4096)
+            resp = self.http.request("PUT", TOKEN_PATH, headers={TTL_HEADER: str(self.ttl)}, max_body=4096)
         except HttpError as e:
             if self.allow_v1:
                 return ""
             raise MetadataError(e.reason, f"token: {e.detail}") from None
-        if resp.status != 200 or not resp.body:
+        token = resp.body.decode("ascii", "replace").strip()
+        if resp.status != 200 or not token or len(token) > 1024:
             if self.allow_v1:
                 return ""
-            raise MetadataError(f"http_{resp.status}", "token request refused")
-        self.token = resp.body.decode("ascii", "replace").strip()
-        self.token_expires = now + self.ttl
+            raise MetadataError(http_reason(resp.status) if resp.status != 200 else "bad_body",
+                                "token request refused")
+        granted = _granted_ttl(resp.headers.get(TTL_HEADER.lower(), ""), self.ttl)
+        self.token = token
+        self.token_expires = now + granted - min(TOKEN_RENEW_MARGIN_S, granted / 4)
         return self.token
+
+
+def _granted_ttl(header: str, asked: int) -> float:
+    """The TTL AWS granted (it may shorten it); what we asked for when the header is absent or odd."""
+    header = header.strip()
+    if header.isdigit() and 1 <= int(header) <= asked:
+        return float(header)
+    return float(asked)
+
+
+def _json(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = ujson.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MetadataError("bad_body", f"{what}: {e}") from None
+    if not isinstance(doc, dict):
+        raise MetadataError("bad_body", f"{what}: not a JSON object")
+    return doc
+
+
+def _rfc3339(value: Any, what: str) -> float:
+    try:
+        return parse_rfc3339(value)
+    except ValueError as e:
+        raise MetadataError("bad_body", f"{what}: {e}") from None
+
+
+def _text(doc: dict[str, Any], key: str, what: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value or len(value) > _MAX_TEXT:
+        raise MetadataError("bad_body", f"{what}: {key} must be a non-empty string")
+    return value

@@ -1,0 +1,225 @@
+"""The drain plan (pure): which pods must move, in what order, and which may move together.
+
+``drain_plan(pods, pdbs)`` turns one listing of the node into tiers of lanes:
+
+- Only pods that count move (``pod_filters``: not mirror, not DaemonSet, not finished).
+- Tier 0 is every ordinary pod, tier 1 the system-critical ones
+  (``system-cluster-critical`` / ``system-node-critical`` or priority >= 2e9), as
+  kubelet's graceful node shutdown does: the node's own plumbing goes last.
+- A lane is the pods under one PodDisruptionBudget: their evictions run one at
+  a time, because parallel evictions under one PDB collide on its status and the
+  server retries each collision in 500 ms steps (measured: 1.6 s instead of 0.58 s
+  for 110 pods). Pods under different PDBs, and pods under none, each get their
+  own lane and run in parallel (the adapter caps the workers).
+- When PDBs cannot be read (an identity without that permission), the pods of
+  one controller (ownerReference) share a lane instead: that is what a PDB
+  usually covers, and a wrong guess only costs speed -- the server still
+  enforces every budget.
+
+``deadlines`` and ``grace_for`` put the contract's clock on it: the phase ends
+(the same as the verifier's) and the grace period an eviction may ask for;
+``ApiHealth`` and ``down_after`` decide when the API server counts as down.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.pod_filters import pod_key, pods_that_count
+
+CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+CRITICAL_PRIORITY = 2_000_000_000   # both system classes are at or above this
+DEFAULT_GRACE_S = 30                # the API's default terminationGracePeriodSeconds
+DOWN_AFTER_CALLS = 3                # unanswered calls in a row before the API server counts as down
+DOWN_AFTER_MAX_S = 10.0
+_PDB_CAUSE = re.compile(r"disruption budget (\S+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One pod that must leave the node."""
+
+    uid: str
+    key: str             # namespace/name
+    tier: int            # 0 ordinary, 1 system-critical
+    priority: int
+    lane: str            # "pdb:ns/name" | "owner:uid" | "pod:ns/name"
+    pdb: str             # "ns/name" of the PDB the plan believes covers it, "" if none or unknown
+    grace_s: int         # the pod's own terminationGracePeriodSeconds
+    terminating: bool    # already being deleted (by us earlier, or by anyone)
+    pod: dict[str, Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    key: str
+    tier: int
+    uids: tuple[str, ...]    # in eviction order
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    targets: dict[str, Target]   # by uid
+    lanes: tuple[Lane, ...]      # in order: tier, then lowest priority, then key
+
+    def order(self) -> list[str]:
+        """Every target uid in plan order."""
+        return [uid for lane in self.lanes for uid in lane.uids]
+
+
+EMPTY_PLAN = Plan({}, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """A notice's phase ends on our clock (epoch seconds), computed as the verifier does."""
+
+    checkpoint_by: float   # workloads that registered on the agent socket may checkpoint until then
+    evict_at: float        # eviction by the book ends: PDB-blocked pods are then deleted or reported
+    cutoff: float          # deadline - margin: the node must be empty by then
+
+
+def deadlines(received_at: float, deadline: float, checkpoint_s: float, evict_s: float,
+              margin_s: float) -> Deadlines:
+    """Checkpoint, evict, margin, in that order from receipt; every end clamped to the cutoff, so
+    a short notice squeezes the later phases instead of running past the deadline."""
+    cut = deadline - margin_s
+    checkpoint_by = min(received_at + checkpoint_s, cut)
+    evict_at = max(min(received_at + checkpoint_s + evict_s, cut), checkpoint_by)
+    return Deadlines(checkpoint_by, evict_at, cut)
+
+
+def grace_for(own_grace_s: int, now: float, cutoff: float) -> int | None:
+    """The gracePeriodSeconds to send: None (the pod's own) when that ends before the cutoff,
+    else what is left until the cutoff, at least 1 -- 0 would be a forced delete that skips
+    the kubelet's graceful stop altogether."""
+    left = int(cutoff - now)
+    if own_grace_s <= left:
+        return None
+    return max(1, left)
+
+
+def down_after(evict_s: float) -> float:
+    """How long the API server may stay silent before the drain goes around it: at most a quarter
+    of the contract's evict phase (so the fallback still has most of it), never over 10 s."""
+    return max(0.5, min(DOWN_AFTER_MAX_S, evict_s / 4))
+
+
+@dataclass(slots=True)
+class ApiHealth:
+    """Consecutive unanswered calls, and since when (pure bookkeeping, clock passed in)."""
+
+    streak: int = 0
+    since: float | None = None
+
+    def ok(self) -> None:
+        self.streak, self.since = 0, None
+
+    def failed(self, now: float) -> None:
+        self.streak += 1
+        if self.since is None:
+            self.since = now
+
+    def down(self, now: float, down_after_s: float) -> bool:
+        return self.streak >= DOWN_AFTER_CALLS and self.since is not None and now - self.since >= down_after_s
+
+
+def pdb_from_causes(causes: tuple[str, ...] | list[str]) -> str:
+    """The PDB named by a 429's causes ("The disruption budget web needs 2 healthy pods ..."), or ""."""
+    for cause in causes:
+        m = _PDB_CAUSE.search(cause)
+        if m:
+            return m.group(1)
+    return ""
+
+
+# -- classification -------------------------------------------------------------------------
+def priority_of(pod: dict[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def tier_of(pod: dict[str, Any]) -> int:
+    spec = pod.get("spec") or {}
+    critical = spec.get("priorityClassName") in CRITICAL_CLASSES or priority_of(pod) >= CRITICAL_PRIORITY
+    return 1 if critical else 0
+
+
+def own_grace(pod: dict[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return DEFAULT_GRACE_S
+
+
+def _expression_matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False   # an operator we do not know: assume no match (planning only)
+
+
+def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
+    """A LabelSelector. An empty one is taken to match every pod of the namespace (policy/v1);
+    v1beta1 matched none, but for planning, grouping too much only costs speed."""
+    if not isinstance(selector, dict):
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    return all(isinstance(e, dict) and _expression_matches(e, labels)
+               for e in selector.get("matchExpressions") or [])
+
+
+def covering_pdb(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> str:
+    """ "ns/name" of the first (by name) PDB selecting the pod, or "". (More than one: the server
+    refuses the eviction with 500, and the pod ends up escalated at the cutoff.)"""
+    md = pod.get("metadata") or {}
+    ns, labels = md.get("namespace"), md.get("labels") or {}
+    names = sorted(str((p.get("metadata") or {}).get("name")) for p in pdbs
+                   if (p.get("metadata") or {}).get("namespace") == ns
+                   and selector_matches((p.get("spec") or {}).get("selector"), labels))
+    return f"{ns}/{names[0]}" if names else ""
+
+
+def _controller_uid(pod: dict[str, Any]) -> str:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return ""
+
+
+def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
+    md = pod.get("metadata") or {}
+    key = pod_key(pod)
+    pdb = covering_pdb(pod, pdbs) if pdbs is not None else ""
+    if pdb:
+        lane = f"pdb:{pdb}"
+    elif pdbs is None and _controller_uid(pod):
+        lane = f"owner:{_controller_uid(pod)}"
+    else:
+        lane = f"pod:{key}"
+    return Target(uid=str(md.get("uid") or key), key=key, tier=tier_of(pod), priority=priority_of(pod),
+                  lane=lane, pdb=pdb, grace_s=own_grace(pod), terminating=bool(md.get("deletionTimestamp")),
+                  pod=pod)
+
+
+def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> Plan:
+    """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read."""
+    targets = {t.uid: t for t in (target_of(p, pdbs) for p in pods_that_count(pods))}
+    grouped: dict[tuple[int, str], list[Target]] = {}
+    for t in targets.values():
+        grouped.setdefault((t.tier, t.lane), []).append(t)
+    lanes = []
+    for (tier, key), members in grouped.items():
+        members.sort(key=lambda t: (t.priority, t.key))
+        lanes.append((tier, members[0].priority, key, Lane(key, tier, tuple(t.uid for t in members))))
+    lanes.sort(key=lambda x: x[:3])
+    return Plan(targets, tuple(lane for *_, lane in lanes))

@@ -1,0 +1,281 @@
+"""Every pod's eviction, as a state machine, and what to send next (pure: no I/O, clock passed in).
+
+The drain adapter (``kube_runner``) feeds the book what it sees and hears --
+``observe`` each listing of the node, ``answer`` each API reply -- and asks
+``next_actions`` what to send. The book says which events happened; it
+never calls anything.
+
+A pod's phases, and the answer that moves it (``_NEXT``)::
+
+    pending --send--> in_flight --accepted--> accepted --(gone from listing)--> gone
+                          |  \\--gone (404, or 409: the UID precondition says it is another pod)--> gone
+                          |   \\--refused (not our node: never retried)--> refused
+                          \\--blocked (429) / error / unreachable--> retry --(backoff due)--> in_flight
+
+Scheduling, before the evict cutoff: lanes (one PDB each) send one eviction
+at a time and never skip past a pod its PDB blocks; tier 1 (system-critical)
+starts once every tier-0 lane is done or stuck (its PDB has refused for
+``STUCK_AFTER_S``: a PDB with maxUnavailable 1 refuses after every eviction
+until that pod is gone, which is pace, not a block); pods whose workloads are
+still checkpointing (agent-socket clients that have not acked) wait until they
+ack or the checkpoint window ends. At the evict cutoff (the contract's clock,
+or the verifier's ``evict_over`` escalation) the order is lifted: every pod
+left is evicted at once, and a pod its PDB still blocks is deleted or
+reported, as the contract's ``pdb_blocked`` says. Reported pods keep being
+retried politely: the budget may still allow them before the machine goes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.drain_plan import EMPTY_PLAN, Deadlines, Plan, Target, drain_plan, grace_for
+
+PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
+DONE = frozenset({ACCEPTED, GONE, REFUSED})
+OUTCOMES = ("accepted", "gone", "blocked", "error", "unreachable", "refused")
+_NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "error": RETRY, "unreachable": RETRY,
+         "refused": REFUSED}
+ESCALATE_ON = ("blocked", "error")   # an unreachable server is not the pod's budget: just retry
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 1.0
+STUCK_AFTER_S = 3.0
+
+
+def retry_delay(attempts: int) -> float:
+    """Exponential from 0.1 s, at most 1 s: a PDB frees up when a replacement turns Ready, which
+    can be any moment, and the notice window is short; kubectl's fixed 5 s wastes most of it."""
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, attempts - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    phase: str = PENDING
+    op: str = ""                  # the call in flight or last sent: evict | delete
+    grace_s: int | None = None    # gracePeriodSeconds of that call (None: the pod's own)
+    attempts: int = 0             # answers that did not move the pod
+    last: str = ""                # the last answer's outcome
+    retry_at: float = 0.0
+    blocked_since: float | None = None
+    pdb: str = ""                 # the PDB the server named in its last 429
+    error: str = ""
+    reported: bool = False        # drain.eviction_blocked emitted
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    outcome: str        # one of OUTCOMES
+    detail: str = ""
+    pdb: str = ""
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What the executor's loop knows that the book does not."""
+
+    held: frozenset[str] = frozenset()   # uids of pods whose agent-socket clients have not acked
+    hold_all: bool = False               # a client we cannot place on a pod holds every pod
+    escalated: bool = False              # the verifier announced evict_over (or final)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    op: str                  # evict | delete
+    uid: str
+    key: str
+    grace_s: int | None
+    pod: dict[str, Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    event: str               # an event type of common.events
+    data: dict[str, Any]
+
+
+def transition(st: PodState, answer: Answer, now: float) -> PodState:
+    """The state after an answer to the call in flight."""
+    phase = _NEXT[answer.outcome]
+    attempts = st.attempts + (1 if phase == RETRY else 0)
+    blocked_since = st.blocked_since
+    if answer.outcome == "blocked" and blocked_since is None:
+        blocked_since = now
+    return dataclasses.replace(
+        st, phase=phase, attempts=attempts, last=answer.outcome,
+        retry_at=now + retry_delay(attempts) if phase == RETRY else 0.0, blocked_since=blocked_since,
+        pdb=answer.pdb or st.pdb, error=answer.detail[:300] if phase in (RETRY, REFUSED) else st.error)
+
+
+class EvictionBook:
+    """The drain's memory between listings: one PodState per pod UID ever seen."""
+
+    def __init__(self, deadlines: Deadlines, received_at: float, pdb_blocked: str, *,
+                 evicted: frozenset[str] = frozenset(), deleted: frozenset[str] = frozenset(),
+                 reported: frozenset[str] = frozenset()) -> None:
+        if pdb_blocked not in ("delete", "report"):
+            raise ValueError(f"pdb_blocked must be delete or report, got {pdb_blocked!r}")
+        self.deadlines = deadlines
+        self.received_at = received_at
+        self.pdb_blocked = pdb_blocked
+        # Restart safety: what an earlier run of the executor already did is never done again.
+        self._done_before = evicted | deleted
+        self._reported = reported
+        self.states: dict[str, PodState] = {}
+        self.targets: dict[str, Target] = {}   # every target ever seen (answers may outlive a listing)
+        self.plan: Plan = EMPTY_PLAN
+
+    # -- inputs -------------------------------------------------------------------------
+    def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
+        """A fresh listing of the node: replan, and learn which pods left or appeared."""
+        self.plan = drain_plan(pods, pdbs)
+        for uid, st in self.states.items():
+            if uid not in self.plan.targets and st.phase != IN_FLIGHT:
+                self.states[uid] = dataclasses.replace(st, phase=GONE)
+        for uid, t in self.plan.targets.items():
+            self.targets[uid] = t
+            st = self.states.get(uid)
+            if st is None:
+                st = PodState(reported=uid in self._reported)
+                # Being deleted already (by us before a restart, or by anyone): never evict it again.
+                if t.terminating or uid in self._done_before:
+                    st = dataclasses.replace(st, phase=ACCEPTED)
+                self.states[uid] = st
+            elif st.phase in (PENDING, RETRY) and t.terminating:
+                self.states[uid] = dataclasses.replace(st, phase=ACCEPTED)
+
+    def answer(self, uid: str, answer: Answer, now: float) -> list[Emit]:
+        st = self.states.get(uid)
+        if st is None or st.phase != IN_FLIGHT:
+            return []
+        t = self.targets[uid]
+        if answer.pdb and "/" not in answer.pdb:
+            # A 429 names the PDB without its namespace, which is the pod's.
+            answer = dataclasses.replace(answer, pdb=f"{t.key.split('/', 1)[0]}/{answer.pdb}")
+        new = transition(st, answer, now)
+        self.states[uid] = new
+        base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
+                "since_received_ms": round((now - self.received_at) * 1000)}
+        if answer.outcome == "accepted":
+            data = dict(base, attempts=st.attempts + 1, grace_s=st.grace_s)
+            if st.op == "delete":
+                return [Emit("drain.deleted", dict(data, reason="pdb_blocked"))]
+            return [Emit("drain.evicted", data)]
+        if answer.outcome == "refused":
+            return [Emit("drain.error", dict(base, error=new.error))]
+        return []
+
+    # -- decisions ----------------------------------------------------------------------
+    def remaining(self) -> list[str]:
+        """namespace/name of every pod that still counts (the verifier judges by this)."""
+        return sorted(t.key for t in self.plan.targets.values())
+
+    def empty(self) -> bool:
+        return not self.plan.targets
+
+    def past_evict_cutoff(self, now: float, inputs: Inputs) -> bool:
+        return inputs.escalated or now >= self.deadlines.evict_at
+
+    def holding(self, now: float, inputs: Inputs) -> bool:
+        """Are workloads still checkpointing (some pod held back)?"""
+        if now >= self.deadlines.checkpoint_by or self.past_evict_cutoff(now, inputs):
+            return False
+        return any(self.states[uid].phase not in DONE and (inputs.hold_all or uid in inputs.held)
+                   for uid in self.plan.targets)
+
+    def next_due(self) -> float | None:
+        """The earliest moment a retry falls due, if any."""
+        return min((st.retry_at for st in self.states.values() if st.phase == RETRY), default=None)
+
+    def in_flight(self) -> int:
+        return sum(1 for st in self.states.values() if st.phase == IN_FLIGHT)
+
+    def next_actions(self, now: float, inputs: Inputs, slots: int) -> tuple[list[Action], list[Emit]]:
+        """The calls to send now (at most ``slots`` more in flight) and the events they imply."""
+        emits: list[Emit] = []
+        if self.past_evict_cutoff(now, inputs):
+            picks = self._after_cutoff(now, emits)
+        else:
+            picks = self._by_the_book(now, inputs)
+        actions: list[Action] = []
+        free = slots - self.in_flight()
+        for uid, op in picks:
+            if len(actions) >= free:
+                break
+            t = self.targets[uid]
+            grace = grace_for(t.grace_s, now, self.deadlines.cutoff)
+            self.states[uid] = dataclasses.replace(self.states[uid], phase=IN_FLIGHT, op=op, grace_s=grace)
+            actions.append(Action(op, uid, t.key, grace, t.pod))
+        return actions, emits
+
+    def _held(self, uid: str, now: float, inputs: Inputs) -> bool:
+        return now < self.deadlines.checkpoint_by and (inputs.hold_all or uid in inputs.held)
+
+    def _lane_next(self, uids: tuple[str, ...], now: float, inputs: Inputs) -> tuple[str, str | None]:
+        """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
+        time, and never past a pod its PDB blocks (the next one would be blocked too)."""
+        waiting = False
+        for uid in uids:
+            st = self.states[uid]
+            if st.phase in DONE:
+                continue
+            if st.phase == IN_FLIGHT:
+                return "busy", None
+            if self._held(uid, now, inputs):
+                waiting = True
+                continue
+            stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
+                     and now - st.blocked_since >= STUCK_AFTER_S)
+            state = "stuck" if stuck else "busy"
+            return state, (uid if st.phase == PENDING or st.retry_at <= now else None)
+        return ("busy" if waiting else "done"), None
+
+    def _by_the_book(self, now: float, inputs: Inputs) -> list[tuple[str, str]]:
+        picks: list[tuple[str, str]] = []
+        settled = True   # every lane of the tiers before this one is done or blocked
+        tier = 0
+        for lane in self.plan.lanes:
+            if lane.tier != tier:
+                if not settled:
+                    break
+                tier = lane.tier
+            state, uid = self._lane_next(lane.uids, now, inputs)
+            if uid is not None:
+                picks.append((uid, "evict"))
+            if state == "busy":
+                settled = False
+        return picks
+
+    def _after_cutoff(self, now: float, emits: list[Emit]) -> list[tuple[str, str]]:
+        picks: list[tuple[str, str]] = []
+        for uid in self.plan.order():
+            st = self.states[uid]
+            if st.phase == PENDING:
+                picks.append((uid, "evict"))
+            elif st.phase != RETRY:
+                continue
+            elif st.last not in ESCALATE_ON:
+                if st.retry_at <= now:
+                    picks.append((uid, st.op or "evict"))
+            elif self.pdb_blocked == "delete":
+                if st.op != "delete" or st.retry_at <= now:
+                    picks.append((uid, "delete"))
+            else:
+                if not st.reported:
+                    self.states[uid] = st = dataclasses.replace(st, reported=True)
+                    emits.append(self._blocked_event(uid, st, now))
+                if st.retry_at <= now:
+                    picks.append((uid, "evict"))
+        return picks
+
+    def _blocked_event(self, uid: str, st: PodState, now: float) -> Emit:
+        t = self.targets[uid]
+        since = st.blocked_since if st.blocked_since is not None else now
+        return Emit("drain.eviction_blocked", {
+            "pod": t.key, "uid": uid, "pdb": st.pdb or t.pdb, "attempts": st.attempts,
+            "blocked_for_ms": round((now - since) * 1000), "error": st.error,
+            "since_received_ms": round((now - self.received_at) * 1000)})

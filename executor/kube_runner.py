@@ -1,0 +1,398 @@
+"""The Kubernetes drain of one notice, run off the executor's loop (the imperative shell).
+
+One coordinator thread walks the recipe -- [exclude from load balancers],
+cordon and taint, then list / decide / evict until the node is empty -- and a
+small pool of worker threads (``workers``, 8 by default) sends the evictions,
+each over its own connection. Every decision is the pure core's
+(``eviction_book``, ``drain_plan``); this module only does the calls, keeps
+time, and reports what happened to the executor's loop as ``Report`` values
+on a queue (the loop persists, spools and publishes them), so the loop keeps
+serving ZeroMQ and the agent socket whatever the API server does.
+
+When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in
+a row spanning ``down_after_s``, bounded by the contract), the drain goes
+around it: it runs the configured fallback command once (by default
+``systemctl poweroff``, which logind delays while kubelet's graceful node
+shutdown terminates the pods), reports ``drain.fallback``, and keeps probing;
+when the server answers again it reconciles (cordon and taint again, list
+what is left, ``drain.reconciled``) and carries on.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor import kube_drain
+from executor.drain_plan import ApiHealth, Deadlines, pdb_from_causes
+from executor.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
+from executor.kube import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
+
+WORKERS = 8                # measured: more parallel evictions only collide (research notes)
+LIST_INTERVAL_S = 0.25     # how often the node is listed while pods are leaving
+PDB_REFRESH_S = 10.0
+RETRY_S = 0.5              # between attempts of a node step that failed
+PROBE_INTERVAL_S = 1.0
+FALLBACK_TIMEOUT_S = 30.0
+LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
+
+
+@dataclass(frozen=True, slots=True)
+class DrainSpec:
+    """Everything the drain of one notice needs, fixed when it starts (plain data)."""
+
+    notice_id: str
+    kind: str
+    deadline: float
+    deadline_text: str
+    received_at: float
+    deadlines: Deadlines
+    taint_key: str
+    policy: str                           # drain | cordon
+    pdb_blocked: str                      # delete | report
+    exclude_from_lb: bool
+    down_after_s: float
+    fallback_command: tuple[str, ...] = ()
+    steps_done: frozenset[str] = frozenset()
+    evicted: frozenset[str] = frozenset()   # pod UIDs an earlier run evicted
+    deleted: frozenset[str] = frozenset()
+    reported: frozenset[str] = frozenset()
+    dry_run: bool = False
+    workers: int = WORKERS
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One thing that happened, for the executor's loop.
+
+    kind: ``step`` (a drain step: ``name`` the step, ``event`` its event type), ``event`` (a
+    per-pod event), ``remaining`` (data["pods"]), ``phase``, ``state`` (the drain's new state),
+    ``log`` (a warning worth a log line, not an event).
+    """
+
+    notice_id: str
+    kind: str
+    name: str = ""
+    event: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class Stopped(Exception):
+    """The drain was asked to stop (notice withdrawn, executor exiting)."""
+
+
+class DrainRunner:
+    def __init__(self, spec: DrainSpec, make_api: Callable[[], KubeApi], report: Callable[[Report], None],
+                 inputs: Inputs | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.spec = spec
+        self._make_api = make_api
+        self._report_fn = report
+        self.inputs = inputs or Inputs()     # replaced whole by the loop (an atomic reference swap)
+        self._clock = clock
+        self._stop = threading.Event()
+        self._steps = set(spec.steps_done)
+        self._local = threading.local()
+        self._health = ApiHealth()
+        self._answers: queue.Queue[tuple[str, Answer]] = queue.Queue()
+        self._evicted = 0
+        self._phase = ""
+        self._last_log: dict[str, str] = {}
+        self._thread = threading.Thread(target=self._main, name=f"drain-{spec.notice_id[:16]}", daemon=True)
+
+    # -- control (from the loop) -------------------------------------------------------
+    def start(self) -> DrainRunner:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- reporting ------------------------------------------------------------------------
+    def _report(self, kind: str, name: str = "", event: str = "", **data: Any) -> None:
+        self._report_fn(Report(self.spec.notice_id, kind, name, event, data))
+
+    def _set_phase(self, phase: str) -> None:
+        if phase != self._phase:
+            self._phase = phase
+            self._report("phase", phase)
+
+    def _warn(self, name: str, error: str) -> None:
+        """A warning for the log, once per distinct message (a step retried every 0.5 s must not
+        flood it)."""
+        if self._last_log.get(name) != error:
+            self._last_log[name] = error
+            self._report("log", name, error=error[:300])
+
+    def _step(self, step: str, event: str, **data: Any) -> None:
+        self._steps.add(step)
+        self._report("step", step, event, **data)
+
+    def _wait(self, seconds: float) -> None:
+        if self._stop.wait(max(0.0, seconds)):
+            raise Stopped()
+
+    # -- the recipe -----------------------------------------------------------------------
+    def _main(self) -> None:
+        api = self._make_api()
+        try:
+            self._node_steps(api)
+            if self.spec.policy != "drain":
+                self._report("state", "cordoned_only")
+                return
+            self._evict_all(api)
+        except Stopped:
+            pass
+        except Exception as e:  # noqa: BLE001 -- report, and let the loop start a new runner
+            self._report("log", "drain.crashed", error=f"{type(e).__name__}: {e}"[:500])
+        finally:
+            api.close()
+
+    def _call_node(self, api: KubeApi, fn: Callable[[], Any]) -> Any:
+        """One node call, retried until it is answered; goes around a server that is down."""
+        while True:
+            try:
+                result = fn()
+                self._health.ok()
+                return result
+            except Unreachable as e:
+                self._unanswered(api, str(e))
+            except (KubeError, NotOwnNode) as e:
+                self._warn("drain.node_step_failed", str(e))
+            self._wait(RETRY_S)
+
+    def _node_steps(self, api: KubeApi) -> None:
+        s = self.spec
+        if self.spec.dry_run:
+            self._report("log", "drain.dry_run", action="cordon+taint", taint_key=s.taint_key)
+            return
+        if s.exclude_from_lb and "lb_excluded" not in self._steps:
+            self._set_phase("cordon")
+            self._call_node(api, lambda: kube_drain.exclude_from_lb(api))
+            self._steps.add("lb_excluded")
+            self._report("step", "lb_excluded")
+        if "cordoned" not in self._steps:
+            self._set_phase("cordon")
+            done = self._call_node(api, lambda: kube_drain.cordon_and_taint(
+                api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            self._step("cordoned", "drain.cordoned", taint_key=s.taint_key,
+                       lb_excluded="lb_excluded" in self._steps, **done)
+
+    def _evict_all(self, api: KubeApi) -> None:
+        s = self.spec
+        book = EvictionBook(s.deadlines, s.received_at, s.pdb_blocked, evicted=s.evicted, deleted=s.deleted,
+                            reported=s.reported)
+        pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
+        pdbs: list[dict[str, Any]] | None = None
+        pdbs_at = float("-inf")
+        last_remaining: list[str] | None = None
+        try:
+            while True:
+                if self._stop.is_set():
+                    raise Stopped()
+                now = self._clock()
+                if now > s.deadline + LINGER_S:
+                    self._report("state", "ended")
+                    return
+                try:
+                    if now - pdbs_at >= PDB_REFRESH_S:
+                        pdbs, pdbs_at = self._pdbs(api), now
+                    pods = api.list_pods()
+                    self._health.ok()
+                except Unreachable as e:
+                    self._unanswered(api, str(e))
+                    self._wait(RETRY_S)
+                    continue
+                except KubeError as e:
+                    self._warn("drain.list_failed", str(e))
+                    self._wait(RETRY_S)
+                    continue
+                book.observe(pods, pdbs)
+                remaining = book.remaining()
+                if remaining != last_remaining:
+                    self._report("remaining", pods=remaining)
+                    last_remaining = remaining
+                if book.empty() and not book.in_flight():
+                    self._step("node_empty", "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
+                    self._report("state", "done")
+                    return
+                if s.dry_run:
+                    self._report("log", "drain.dry_run", action="evict", pods=remaining)
+                    return
+                self._set_phase("checkpoint" if book.holding(now, self.inputs) else "evict")
+                self._exchange(book, pool, now + LIST_INTERVAL_S)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
+        """Send what the book says, feed it the answers, until the next listing is due."""
+        while True:
+            now = self._clock()
+            actions, emits = book.next_actions(now, self.inputs, self.spec.workers)
+            self._forward(emits)
+            for a in actions:
+                pool.submit(self._send, a)
+            if now >= until:
+                return
+            due = book.next_due()
+            wake = until if due is None else max(now, min(until, due))
+            try:
+                uid, answer = self._answers.get(timeout=max(0.001, wake - now))
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise Stopped() from None
+                continue
+            if answer.outcome == "unreachable":
+                self._health.failed(self._clock())
+            else:
+                self._health.ok()
+            self._forward(book.answer(uid, answer, self._clock()))
+
+    def _forward(self, emits: list[Emit]) -> None:
+        for e in emits:
+            if e.event == "drain.evicted":
+                self._evicted += 1
+            self._report("event", event=e.event, **e.data)
+
+    def _pdbs(self, api: KubeApi) -> list[dict[str, Any]] | None:
+        try:
+            return api.list_pdbs()
+        except KubeError as e:
+            # Typically 403: the identity may not read PDBs. Plan by owner instead (see drain_plan).
+            self._warn("drain.pdbs_unreadable", str(e))
+            return None
+
+    # -- a worker thread ------------------------------------------------------------------
+    def _send(self, action: Action) -> None:
+        api = getattr(self._local, "api", None)
+        if api is None:
+            api = self._local.api = self._make_api()
+        try:
+            if action.op == "delete":
+                api.delete_pod(action.pod, action.grace_s)
+            else:
+                api.evict_pod(action.pod, action.grace_s)
+            answer = Answer("accepted")
+        except (NotFound, Conflict):
+            answer = Answer("gone")   # 409: the UID precondition failed, our pod is gone
+        except TooManyRequests as e:
+            answer = Answer("blocked", e.message, pdb_from_causes(e.causes))
+        except KubeError as e:
+            answer = Answer("error", str(e))
+        except Unreachable as e:
+            answer = Answer("unreachable", str(e))
+        except NotOwnNode as e:
+            answer = Answer("refused", str(e))
+        except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
+            answer = Answer("error", f"{type(e).__name__}: {e}")
+        self._answers.put((action.uid, answer))
+
+    # -- around a server that is down ---------------------------------------------------
+    def _unanswered(self, api: KubeApi, error: str) -> None:
+        now = self._clock()
+        self._health.failed(now)
+        if not self._health.down(now, self.spec.down_after_s):
+            return
+        down_since = self._health.since or now
+        if "fallback" not in self._steps:
+            self._step("fallback", "drain.fallback", error=error[:300], **self._run_fallback(),
+                       down_for_ms=round((now - down_since) * 1000))
+        self._set_phase("fallback")
+        while True:
+            try:
+                api.get_node()
+                break
+            except Unreachable:
+                self._wait(PROBE_INTERVAL_S)
+            except KubeError:
+                break   # an answer, even a refusal: the server is back
+        self._health.ok()
+        self._reconcile(api, down_since)
+
+    def _run_fallback(self) -> dict[str, Any]:
+        argv = list(self.spec.fallback_command)
+        if not argv:
+            return {"command": [], "ran": False}
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=FALLBACK_TIMEOUT_S, check=False)
+            return {"command": argv, "ran": True, "exit": proc.returncode,
+                    "stderr": proc.stderr[-300:].decode("utf-8", "replace")}
+        except (OSError, subprocess.SubprocessError) as e:
+            return {"command": argv, "ran": False, "error": str(e)[:300]}
+
+    def _reconcile(self, api: KubeApi, down_since: float) -> None:
+        """The server is back: make the node's state what the drain says, and say what happened."""
+        s = self.spec
+        detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
+        try:
+            if not s.dry_run:
+                detail.update(kube_drain.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            detail["remaining"] = kube_drain.remaining_pods(api)
+        except (Unreachable, KubeError, NotOwnNode) as e:
+            detail["error"] = str(e)[:300]   # the loop that called us retries its own step
+        self._step("reconciled", "drain.reconciled", **detail)
+
+
+class WithdrawRunner:
+    """Undo a withdrawn notice's cordon, taint and label off the loop: retried until the server
+    agrees, then ``drain.uncordoned`` and the state ``withdrawn``."""
+
+    def __init__(self, notice_id: str, taint_key: str, make_api: Callable[[], KubeApi],
+                 report: Callable[[Report], None], dry_run: bool = False) -> None:
+        self.notice_id, self.taint_key, self.dry_run = notice_id, taint_key, dry_run
+        self._make_api, self._report = make_api, report
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"withdraw-{notice_id[:16]}", daemon=True)
+
+    def start(self) -> WithdrawRunner:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _main(self) -> None:
+        api = self._make_api()
+        last = ""
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self.dry_run:
+                        self._report(Report(self.notice_id, "log", "drain.dry_run", data={"action": "uncordon"}))
+                    else:
+                        kube_drain.uncordon(api, self.taint_key, self.notice_id)
+                    self._report(Report(self.notice_id, "step", "uncordoned", "drain.uncordoned"))
+                    self._report(Report(self.notice_id, "state", "withdrawn"))
+                    return
+                except (Unreachable, KubeError, NotOwnNode) as e:
+                    if str(e) != last:
+                        last = str(e)
+                        self._report(Report(self.notice_id, "log", "drain.uncordon_failed", data={"error": last[:300]}))
+                self._stop.wait(PROBE_INTERVAL_S)
+        finally:
+            api.close()
+
+
+def wake_pipe() -> tuple[int, int]:
+    """A non-blocking pipe: runners write a byte after each report so the loop's poll wakes."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w

@@ -1,0 +1,30 @@
+"""executor.dry_run: every action is logged and recorded, none is taken."""
+from __future__ import annotations
+
+import pytest
+
+from tests.procutil import wait_for
+from tests.stack import NODE, Stack
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_dry_run_changes_nothing_on_the_api_server(tmp_path, dry_run):
+    """With dry_run the node is never patched and no pod evicted; the control run (off) does both."""
+    with Stack(str(tmp_path), settings={"executor": {"dry_run": dry_run}},
+               contract={"budget_s": 30, "checkpoint_s": 1, "evict_s": 10, "margin_s": 5}) as s:
+        for i in range(3):
+            s.kube.add_pod(f"web-{i}", NODE, owner=("ReplicaSet", "web"))
+        s.kube.clear_log()
+        doc = s.publish_notice(deadline_in=60)
+        if dry_run:
+            actions = wait_for(lambda: (a := {e["data"].get("action") for e in s.events_of("drain.dry_run", doc["id"])})
+                               >= {"cordon+taint", "evict"} and a, 20, "dry-run actions recorded")
+            assert "cordon+taint" in actions
+            writes = [r for r in s.kube.log() if r["method"] in ("PATCH", "POST", "PUT", "DELETE")]
+            assert writes == []
+            assert not s.cordoned()
+            assert s.kube.pod_names(NODE) >= {"web-0", "web-1", "web-2"}
+        else:
+            wait_for(s.cordoned, 20, "node cordoned")
+            wait_for(lambda: s.kube.evictions(), 20, "evictions")
+            assert s.events_of("drain.dry_run") == []

@@ -1,0 +1,60 @@
+"""Drive a DrainRunner directly against an API server (emulated or real) and watch its reports."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from executor.drain_plan import deadlines
+from executor.eviction_book import Inputs
+from executor.kube import KubeApi
+from executor.kube_runner import DrainRunner, DrainSpec, Report
+from tests.procutil import wait_for
+
+NODE = "node-a"
+OTHER = "node-b"
+TAINT_KEY = "sco.io/notice"
+
+
+def make_spec(*, deadline_in: float = 60.0, checkpoint_s: float = 0.0, evict_s: float = 40.0,
+              margin_s: float = 5.0, **kw: Any) -> DrainSpec:
+    now = time.time()
+    fields: dict[str, Any] = {
+        "notice_id": "n-test", "kind": "reclaim", "deadline": now + deadline_in,
+        "deadline_text": "2030-01-01T00:00:00Z", "received_at": now,
+        "deadlines": deadlines(now, now + deadline_in, checkpoint_s, evict_s, margin_s),
+        "taint_key": TAINT_KEY, "policy": "drain", "pdb_blocked": "report", "exclude_from_lb": False,
+        "down_after_s": 0.5}
+    return DrainSpec(**{**fields, **kw})
+
+
+class Drain:
+    """A started runner and everything it reported (appended from its threads)."""
+
+    def __init__(self, make_api: Callable[[], KubeApi], spec: DrainSpec, inputs: Inputs | None = None) -> None:
+        self.spec = spec
+        self.reports: list[Report] = []
+        self.runner = DrainRunner(spec, make_api, self.reports.append, inputs).start()
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        return [r.data for r in list(self.reports) if r.kind in ("event", "step") and r.event == event]
+
+    def steps(self) -> list[str]:
+        return [r.name for r in list(self.reports) if r.kind == "step"]
+
+    def state(self) -> str | None:
+        states = [r.name for r in list(self.reports) if r.kind == "state"]
+        return states[-1] if states else None
+
+    def wait_state(self, state: str, timeout: float = 20.0) -> None:
+        wait_for(lambda: self.state() == state, timeout, f"drain state {state} (reports: {self.summary()})")
+
+    def wait_event(self, event: str, timeout: float = 20.0) -> dict[str, Any]:
+        return wait_for(lambda: (self.events(event) or [None])[0], timeout, f"event {event} ({self.summary()})")
+
+    def summary(self) -> list[str]:
+        return [f"{r.kind}:{r.name or r.event}" for r in list(self.reports)][-30:]
+
+    def stop(self) -> None:
+        self.runner.stop()
+        self.runner.join(10)

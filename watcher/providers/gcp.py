@@ -1,0 +1,190 @@
+"""GCP Compute Engine metadata: preemption and host maintenance.
+
+- ``instance/preempted``: ``TRUE`` once the VM is marked for preemption ->
+  ``reclaim``; the VM gets 30 s (ACPI soft-off, then hard-off), counted from
+  when we first saw it.
+- ``instance/maintenance-event``: ``TERMINATE_ON_HOST_MAINTENANCE`` or
+  ``MIGRATE_ON_HOST_MAINTENANCE`` -> ``maintenance`` (the contract decides
+  drain or cordon), ~60 s from first sight; back to ``NONE`` -> withdrawn.
+
+Every request carries ``Metadata-Flavor: Google``. To hear a change at once,
+one thread per key long-polls ``?wait_for_change=true&last_etag=E`` (with a
+timeout, so a lost connection is noticed) and wakes the watcher, whose next
+``poll`` reads the keys. The plain poll every interval is the floor: if the
+long-poll is broken, nothing is heard later than one interval. When a plain
+read fails while a long-poll is parked on a known value, that value is
+current by construction (the server would have answered a change) and is used.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from urllib.parse import quote
+
+from common.config import Config
+from common.http import HttpClient, HttpError
+from common.notice import Notice, derived_id
+from watcher.providers import BaseSource, MetadataError, PollResult, Wake, http_reason, run_checks
+
+PREFIX = "/computeMetadata/v1/"
+PREEMPTED = "instance/preempted"
+MAINTENANCE = "instance/maintenance-event"
+INSTANCE_ID = "instance/id"
+FLAVOR = {"Metadata-Flavor": "Google"}
+PREEMPT_GRACE_S = 30.0
+MAINTENANCE_LEAD_S = 60.0
+MAINTENANCE_EVENTS = ("MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE")
+LONG_POLL_S = 60          # the server answers unchanged after this; the thread asks again
+RETRY_MAX_S = 5.0
+_ETAG = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
+
+
+def parse_preempted(text: str) -> bool:
+    value = text.strip()
+    if value not in ("TRUE", "FALSE"):
+        raise MetadataError("bad_body", f"preempted: {value[:32]!r}")
+    return value == "TRUE"
+
+
+def parse_maintenance_event(text: str) -> str:
+    value = text.strip()
+    if value != "NONE" and value not in MAINTENANCE_EVENTS:
+        raise MetadataError("bad_body", f"maintenance-event: {value[:64]!r}")
+    return value
+
+
+def preemption_notice(node: str, instance_id: str, first_seen: float) -> Notice:
+    # One preemption per boot: the id needs no time, so a restarted watcher finds the same notice.
+    return Notice(
+        id=derived_id("gcp", instance_id, "reclaim", "preempted"), kind="reclaim", node=node,
+        instance_id=instance_id, issued_at=first_seen, deadline=first_seen + PREEMPT_GRACE_S,
+        source="gcp", channel="metadata", received_at=first_seen, detail="preempted",
+    )
+
+
+def maintenance_notice(node: str, instance_id: str, event: str, first_seen: float) -> Notice:
+    # Maintenance recurs: the first sighting tells one event from the next.
+    return Notice(
+        id=derived_id("gcp", instance_id, "maintenance", f"{event}@{first_seen:.3f}"), kind="maintenance",
+        node=node, instance_id=instance_id, issued_at=first_seen,
+        deadline=first_seen + MAINTENANCE_LEAD_S, source="gcp", channel="metadata",
+        received_at=first_seen, detail=event,
+    )
+
+
+class LongPoll:
+    """One key's ``wait_for_change`` loop in a daemon thread, with its own connection."""
+
+    def __init__(self, http: HttpClient, key: str, wake: Wake, timeout_s: float) -> None:
+        self.http = http
+        self.key = key
+        self.wake = wake
+        self.timeout_s = timeout_s
+        self.value: str | None = None   # last value the server gave; None while broken
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"gcp-longpoll-{key}", daemon=True)
+
+    def start(self) -> LongPoll:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        etag, delay = "", 0.5
+        while not self._stop.is_set():
+            path = PREFIX + self.key
+            if etag:
+                path += f"?wait_for_change=true&timeout_sec={LONG_POLL_S}&last_etag={quote(etag)}"
+            try:
+                resp = self.http.request("GET", path, headers=FLAVOR, timeout_s=LONG_POLL_S + self.timeout_s)
+                if resp.status != 200:
+                    raise MetadataError(http_reason(resp.status), path)
+            except (HttpError, MetadataError):
+                self.value, etag = None, ""
+                self.errors += 1
+                self._stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            delay = 0.5
+            value = resp.body.decode("ascii", "replace").strip()
+            new_etag = resp.headers.get("etag", "")
+            etag = new_etag if _ETAG.match(new_etag) else ""
+            changed = value != self.value
+            self.value = value
+            if changed and not self._stop.is_set():
+                self.wake()
+            if not etag:
+                # No usable ETag: long-polling is impossible; the plain poll still runs.
+                self._stop.wait(RETRY_MAX_S)
+        self.http.close()
+
+
+class Source(BaseSource):
+    name = "gcp"
+
+    def __init__(self, config: Config, http: HttpClient | None = None, wake: Wake | None = None) -> None:
+        super().__init__(config, http, wake)
+        self.config = config
+        self.preempted_at: float | None = None
+        self.maintenance: dict[str, Notice] = {}     # event value -> its notice
+        self.long_polls: dict[str, LongPoll] = {}
+
+    def resume(self, active: Iterable[Notice]) -> None:
+        for n in self.own(active):
+            if n.kind == "reclaim" and n.detail == "preempted":
+                self.preempted_at = n.issued_at
+            elif n.kind == "maintenance" and n.detail in MAINTENANCE_EVENTS:
+                self.maintenance[n.detail] = n
+
+    def poll(self, now: float) -> PollResult:
+        if self.wake is not None and not self.long_polls:
+            self._start_long_polls()
+        if not self.instance_id:
+            self.instance_id = self._read(INSTANCE_ID)[:64]
+        return run_checks((
+            lambda r: self._check_preempted(r, now),
+            lambda r: self._check_maintenance(r, now),
+        ))
+
+    def _check_preempted(self, result: PollResult, now: float) -> None:
+        if parse_preempted(self._read(PREEMPTED)):
+            if self.preempted_at is None:
+                self.preempted_at = now
+            result.notices.append(preemption_notice(self.node, self.instance_id, self.preempted_at))
+
+    def _check_maintenance(self, result: PollResult, now: float) -> None:
+        event = parse_maintenance_event(self._read(MAINTENANCE))
+        if event == "NONE":
+            result.withdrawn += [n.id for n in self.maintenance.values()]
+            self.maintenance.clear()
+            return
+        if event not in self.maintenance:
+            self.maintenance[event] = maintenance_notice(self.node, self.instance_id, event, now)
+        result.notices += list(self.maintenance.values())
+
+    def _read(self, key: str) -> str:
+        try:
+            body = self.fetch("GET", PREFIX + key, headers=FLAVOR)
+        except MetadataError:
+            parked = self.long_polls.get(key)
+            if parked is None or parked.value is None:
+                raise
+            return parked.value
+        assert body is not None   # fetch returns None only with missing_ok
+        return body.decode("ascii", "replace")
+
+    def _start_long_polls(self) -> None:
+        assert self.wake is not None
+        m = self.config.metadata
+        for key in (PREEMPTED, MAINTENANCE):
+            http = HttpClient(m.url, timeout_s=m.timeout_s, max_body=m.max_body)
+            self.long_polls[key] = LongPoll(http, key, self.wake, m.timeout_s).start()
+
+    def close(self) -> None:
+        for lp in self.long_polls.values():
+            lp.stop()
+        super().close()
