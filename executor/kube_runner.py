@@ -25,14 +25,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor import kube_drain
 from executor.drain_plan import ApiHealth, Deadlines, pdb_from_causes
 from executor.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 WORKERS = 8                # measured: more parallel evictions only collide (research notes)
 LIST_INTERVAL_S = 0.25     # how often the node is listed while pods are leaving
@@ -194,6 +196,10 @@ class DrainRunner:
         s = self.spec
         book = EvictionBook(s.deadlines, s.received_at, s.pdb_blocked, evicted=s.evicted, deleted=s.deleted,
                             reported=s.reported)
+        # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
+        # uses (docs/footprint.md); the first drain pays it.
+        from concurrent.futures import ThreadPoolExecutor
+
         pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
         pdbs: list[dict[str, Any]] | None = None
         pdbs_at = float("-inf")
