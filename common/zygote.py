@@ -54,7 +54,7 @@ OWN_PACKAGES = ("common", "watcher", "executor", "verifier", "spool")
 # Imported once in supervisord and shared by every forked worker: what at least two
 # workers import anyway (tests/unit/test_import_sets.py keeps the per-process sets honest).
 PRELOAD = (
-    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses",
+    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses", "subprocess",
     "common.config", "common.events", "common.fsutil", "common.ipc", "common.log",
     "common.notice", "common.contract", "common.runtime", "common.timefmt", "common.http",
 )
