@@ -26,6 +26,7 @@ from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import SpoolLink, start
+from watcher import contract_verify
 from watcher.contract_keeper import ContractKeeper, contract_message
 from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
@@ -332,6 +333,7 @@ async def run(config: Config, log: Logger) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     config, log = start("watcher", argv)
+    contract_verify.VERIFY_IN_CHILD = True   # keep the Ed25519 library out of the long-lived watcher
     return asyncio.run(run(config, log))
 
 

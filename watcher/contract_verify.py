@@ -165,15 +165,16 @@ def verify_signatures(env: Envelope, trusted_keys: Mapping[str, bytes]) -> str |
         return Rejected("unknown_key", "no trusted keys are loaded")
     message = pae(env.payload_type, env.payload)
     named_trusted = False
+    candidates: list[tuple[str, bytes, bytes]] = []   # (keyid, public key, signature), in trial order
     for keyid, sig in env.signatures:
         if keyid in trusted_keys:
             named_trusted = True
-            candidates = [(keyid, trusted_keys[keyid])]
+            candidates.append((keyid, trusted_keys[keyid], sig))
         else:
-            candidates = list(trusted_keys.items())
-        for candidate_id, public in candidates:
-            if _ed25519_verify(public, sig, message):
-                return candidate_id
+            candidates += [(kid, public, sig) for kid, public in trusted_keys.items()]
+    first = first_verifying(message, [(public, sig) for _, public, sig in candidates])
+    if first is not None:
+        return candidates[first][0]
     keyids = sorted({k for k, _ in env.signatures})
     shown = [k[:40] for k in keyids[:4]]  # keyids are untrusted input: bound the detail
     if not named_trusted and "" not in keyids:
@@ -264,15 +265,39 @@ def choose_startup(
     return Startup(contract, envelope, launch=outcomes[0], lkg=outcomes[1])
 
 
-def _ed25519_verify(public: bytes, sig: bytes, message: bytes) -> bool:
+# The watcher sets this: the Ed25519 library costs ~8 MiB in a process that would need it for
+# a few milliseconds at start and when a new bundle arrives (a 304 needs no check), so there the
+# check runs in a short-lived child (watcher/ed25519_check.py). Tests and the CLI check in-process.
+VERIFY_IN_CHILD = False
+CHILD_TIMEOUT_S = 20.0
+
+
+def first_verifying(message: bytes, candidates: list[tuple[bytes, bytes]]) -> int | None:
+    """Index of the first (public key, signature) pair that verifies ``message``, else None."""
+    if not candidates:
+        return None
+    if VERIFY_IN_CHILD:
+        from watcher.ed25519_check import check_in_child
+
+        found = check_in_child(message, candidates, CHILD_TIMEOUT_S)
+        if found is not False:
+            return found
+        # The child could not run at all (no fork, a broken interpreter): a contract must still
+        # be judged, so pay for the library here rather than refuse a good bundle.
+    return first_verifying_here(message, candidates)
+
+
+def first_verifying_here(message: bytes, candidates: list[tuple[bytes, bytes]]) -> int | None:
     # Imported here, not at the top: see the module docstring.
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    if len(sig) != 64:
-        return False
-    try:
-        Ed25519PublicKey.from_public_bytes(public).verify(sig, message)
-    except (InvalidSignature, ValueError):
-        return False
-    return True
+    for i, (public, sig) in enumerate(candidates):
+        if len(sig) != 64:
+            continue
+        try:
+            Ed25519PublicKey.from_public_bytes(public).verify(sig, message)
+        except (InvalidSignature, ValueError):
+            continue
+        return i
+    return None

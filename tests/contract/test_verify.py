@@ -229,3 +229,30 @@ def test_watcher_modules_load_cryptography_only_when_verifying() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
+
+
+def test_child_check_gives_the_same_answers_without_loading_the_library():
+    """The watcher's out-of-process check: same verdicts, and `cryptography` stays out of the caller."""
+    import subprocess
+    import sys
+
+    k, other = Key("a"), Key("b")
+    msg = b"payload"
+    sig = k.private.sign(msg)
+    code = f"""
+import sys
+from watcher import contract_verify
+from watcher.ed25519_check import check_in_child
+msg = {msg!r}
+pairs = [({other.raw_public!r}, {sig!r}), ({k.raw_public!r}, {sig!r})]
+assert check_in_child(msg, pairs, 30) == 1
+assert check_in_child(msg, pairs[:1], 30) is None
+contract_verify.VERIFY_IN_CHILD = True
+assert contract_verify.first_verifying(msg, pairs) == 1
+assert contract_verify.first_verifying(b"tampered", pairs) is None
+print("cryptography" in sys.modules)
+"""
+    # The test's own interpreter has imported cryptography already; judge a fresh one.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

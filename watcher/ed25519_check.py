@@ -1,0 +1,53 @@
+"""Ed25519 signature checks in a short-lived child process.
+
+The watcher verifies a contract at start and whenever the bundle source
+returns a new one -- a few times a day. Loading the Ed25519 library
+(``cryptography``) into the long-lived watcher would cost about 8 MiB of the
+agent's 40 MiB for the whole life of the node; a child that loads it, checks,
+prints one line and exits costs about 80 ms of CPU instead.
+
+Protocol: one JSON object on stdin, ``{"message": b64, "candidates": [[public
+b64, signature b64], ...]}``; one line on stdout, the index of the first pair
+that verifies or -1. The child's input is the watcher's own (already bounded)
+data; its output is parsed strictly.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from base64 import b64decode, b64encode
+
+import ujson
+
+
+def check_in_child(message: bytes, candidates: list[tuple[bytes, bytes]], timeout_s: float) -> int | None | bool:
+    """Index of the first verifying pair, None if none does, False if the child could not answer."""
+    request = ujson.dumps({"message": b64encode(message).decode(),
+                           "candidates": [[b64encode(p).decode(), b64encode(s).decode()] for p, s in candidates]})
+    try:
+        done = subprocess.run([sys.executable, "-m", "watcher.ed25519_check"], input=request.encode(),
+                              capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    answer = done.stdout.strip()
+    if done.returncode != 0 or not answer.lstrip(b"-").isdigit():
+        return False
+    index = int(answer)
+    if index == -1:
+        return None
+    return index if 0 <= index < len(candidates) else False
+
+
+def main() -> int:
+    from watcher.contract_verify import first_verifying_here
+
+    doc = ujson.loads(sys.stdin.buffer.read(1 << 20))
+    message = b64decode(doc["message"])
+    candidates = [(b64decode(p), b64decode(s)) for p, s in doc["candidates"]]
+    found = first_verifying_here(message, candidates)
+    sys.stdout.write(f"{-1 if found is None else found}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
