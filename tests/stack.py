@@ -99,6 +99,10 @@ class Stack:
 
     def write_launch_contract(self, drain: dict[str, Any], serial: int = 1) -> str:
         """Sign a launch contract with a fresh key, as cloud-init would place it (trust dir + launch file)."""
+        return self.sign_bundle(drain, serial, os.path.join(self.base, "contract-launch.json"))
+
+    def sign_bundle(self, drain: dict[str, Any], serial: int, out: str) -> str:
+        """A bundle signed with the hall key (made, and trusted, on first use) -- the operator's CLI does it."""
         from watcher.contract_cli import main as contract_cli
 
         trust = os.path.join(self.base, "trust")
@@ -113,10 +117,9 @@ class Stack:
         payload_path = os.path.join(keys, f"payload-{serial}.json")
         with open(payload_path, "w") as f:
             f.write(ujson.dumps(payload))
-        launch = os.path.join(self.base, "contract-launch.json")
         assert contract_cli(["sign", "--key", os.path.join(keys, "hall.key"), "--in", payload_path,
-                             "--out", launch, "--keyid", "hall"]) == 0
-        return launch
+                             "--out", out, "--keyid", "hall"]) == 0
+        return out
 
     # -- notices ------------------------------------------------------------------------
     def notice_payload(self, *, deadline_in: float = 120.0, kind: str = "reclaim", node: str = NODE,
