@@ -107,6 +107,15 @@ def test_contract_rejections_reach_the_published_counters(config, ctx):
     assert counters["contract.rejected.fetch_error_404"] == 1   # ':' is no metric label character
 
 
+def test_refused_key_files_are_counted_and_reported(config, ctx, tmp_path):
+    (tmp_path / "trust").mkdir(mode=0o755)
+    (tmp_path / "trust" / "junk.pub").write_bytes(b"not a key")
+    w = Watcher(config, Logger("watcher", stream=io.StringIO()), ctx)
+    assert w.published_counters()["contract.rejected.trust_problem"] == 1
+    [ev] = [ev for _, ev in w.spool.outbox.pending.values() if ev["type"] == "contract.rejected"]
+    assert ev["data"]["source"] == "trust_dir" and "junk.pub" in ev["data"]["detail"]
+
+
 def test_one_bad_notice_record_does_not_hide_the_good_one(config, ctx):
     ex = Executor(config, Logger("executor", stream=io.StringIO()), ctx)
     good = Notice(id="n1", kind="reclaim", node=NODE, instance_id="", issued_at=T0, deadline=T0 + 120,

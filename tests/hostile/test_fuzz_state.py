@@ -56,7 +56,7 @@ def _verifier_state() -> dict:
 VERIFIER_STATE = _verifier_state()
 
 
-@fuzz(300)
+@fuzz(200)
 @given(mutated(VERIFIER_STATE) | json_values)
 def test_verifier_runs_on_any_state_file(doc):
     """normalize() keeps what is usable; judging, escalating, publishing, counting rejections and
@@ -89,7 +89,7 @@ def _book() -> dict:
 WATCHER_STATE = _book()
 
 
-@fuzz(300)
+@fuzz(200)
 @given(mutated(WATCHER_STATE) | json_values)
 def test_watcher_restores_any_notice_file_or_starts_empty(doc):
     """notice.json: restored, or one of the errors the watcher catches (it then starts empty); a
@@ -134,7 +134,7 @@ def executor(tmp_path_factory):
     ctx.destroy(linger=0)
 
 
-@fuzz(300)
+@fuzz(150)
 @given(mutated(EXECUTOR_STATE) | json_values)
 def test_executor_resumes_from_any_progress_file(executor, doc):
     """executor.json: records it cannot use are set aside; the drain of the notice still active
