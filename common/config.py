@@ -9,6 +9,7 @@ back to a default on a production node.
 """
 from __future__ import annotations
 
+import math
 import os
 import stat
 import tomllib
@@ -205,6 +206,9 @@ def _coerce(setting: Setting, value: Any, source: str) -> Any:
     name = f"{setting.section}.{setting.key}"
     if setting.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
+    if setting.type is float and isinstance(value, float) and not math.isfinite(value):
+        # TOML has nan and inf; no interval or timeout can be either (nan even passes "> 0").
+        raise ConfigError(f"{source}: {name} must be a finite number, got {value}")
     if setting.type is list:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{source}: {name} must be a list of strings")

@@ -99,7 +99,7 @@ class HttpClient:
             resp = conn.getresponse()
             hdrs = {k.lower(): v for k, v in resp.getheaders()}
             length = hdrs.get("content-length")
-            if length is not None and length.isdigit() and int(length) > limit:
+            if length is not None and length.isascii() and length.isdigit() and int(length) > limit:
                 self.close()   # never read a body we already know is too large
                 raise HttpError("too_large", f"{method} {path}: Content-Length {length} > {limit}")
             data = resp.read(limit + 1)

@@ -40,13 +40,31 @@ RECONNECT_IVL_MAX_MS = 2000
 
 
 class BadMessage(ValueError):
-    """A frame set that is not one of ours: counted and dropped by the receiver."""
+    """A frame set that is not one of ours: counted (by ``reason``, a bounded label) and dropped.
+
+    Reasons from ``decode``: frames, topic, too_large, bad_json, not_object;
+    receivers checking a message's shape use bad_shape (the default).
+    """
+
+    def __init__(self, detail: str, reason: str = "bad_shape") -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 def ensure_runtime_dir(path: str) -> str:
-    """Create the runtime directory 0700 (and tighten it if it exists)."""
+    """Create the runtime directory 0700 (and tighten it if it exists); OSError if it is not ours.
+
+    Only its owner can create, replace or connect to the sockets inside it. A
+    directory someone else owns (or a symlink to one) is refused: its owner
+    could bind-squat a socket path before us, or loosen the mode again.
+    """
     os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.stat(path)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"runtime directory {path}: not a directory (a symlink?)")
+    if st.st_uid != os.geteuid():
+        raise PermissionError(f"runtime directory {path}: owned by uid {st.st_uid}, not by this "
+                              f"process (uid {os.geteuid()}); refusing to put sockets in it")
     if stat.S_IMODE(st.st_mode) != 0o700:
         os.chmod(path, 0o700)
     return path
@@ -100,18 +118,18 @@ def encode(topic: bytes, body: dict[str, Any]) -> list[bytes]:
 def decode(frames: list[bytes]) -> tuple[bytes, dict[str, Any]]:
     """Validate ``[topic, json-object]``; anything else raises BadMessage."""
     if len(frames) != 2:
-        raise BadMessage(f"expected 2 frames, got {len(frames)}")
+        raise BadMessage(f"expected 2 frames, got {len(frames)}", "frames")
     topic, payload = frames
     if topic not in TOPICS:
-        raise BadMessage(f"unknown topic {bytes(topic[:32])!r}")
+        raise BadMessage(f"unknown topic {bytes(topic[:32])!r}", "topic")
     if len(payload) > MAX_MESSAGE:
-        raise BadMessage("message too large")
+        raise BadMessage("message too large", "too_large")
     try:
         body = ujson.loads(payload)
     except (ValueError, UnicodeDecodeError) as e:
-        raise BadMessage(f"invalid JSON: {e}") from None
+        raise BadMessage(f"invalid JSON: {e}", "bad_json") from None
     if not isinstance(body, dict):
-        raise BadMessage("message body is not a JSON object")
+        raise BadMessage("message body is not a JSON object", "not_object")
     return topic, body
 
 

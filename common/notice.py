@@ -8,6 +8,7 @@ endpoint returns the same payload.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -48,13 +49,19 @@ class Notice:
 
 def notice_from_dict(d: dict[str, Any]) -> Notice:
     """Inverse of ``Notice.to_dict`` (for state files and IPC); ValueError on bad data."""
+    if not isinstance(d, dict):
+        raise ValueError(f"bad notice record: not an object ({type(d).__name__})")  # noqa: TRY004 -- one error type for every bad record
     try:
+        received_at = float(d.get("received_at", 0.0))
+        # inf or NaN here would poison every duration computed from it (round() raises).
+        if not math.isfinite(received_at):
+            raise ValueError(f"received_at is not a finite number: {received_at}")
         return Notice(
             id=str(d["id"]), kind=str(d["kind"]), node=str(d["node"]),
             instance_id=str(d.get("instance_id", "")),
             issued_at=parse_rfc3339(d["issued_at"]), deadline=parse_rfc3339(d["deadline"]),
             source=str(d.get("source", "")), channel=str(d.get("channel", "relay")),
-            received_at=float(d.get("received_at", 0.0)), detail=str(d.get("detail", "")),
+            received_at=received_at, detail=str(d.get("detail", "")),
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"bad notice record: {e}") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -21,6 +22,9 @@ from common.log import Logger
 # configuration exits 2 so `supervisorctl status` shows the failure (FATAL after
 # startretries) rather than a silent success.
 EXIT_CONFIG = 2
+# A refused input is counted every time, but reported (log line and spool event)
+# at most this often per reason: a peer flooding garbage must not flood the log.
+REJECT_REPORT_S = 10.0
 
 
 class StopFlag:
@@ -64,12 +68,68 @@ def start(process: str, argv: list[str] | None = None) -> tuple[Config, Logger]:
     log = Logger(process)
     try:
         config = load(path)
+        ipc.ensure_runtime_dir(config.paths.runtime_dir)
     except (ConfigError, OSError) as e:
         log.error("config.invalid", error=str(e))
         sys.exit(EXIT_CONFIG)
-    ipc.ensure_runtime_dir(config.paths.runtime_dir)
     log.info("process.started", config=config.source, node=config.node.name)
     return config, log
+
+
+class Rejections:
+    """Input one process refused, counted as ``<what>.rejected.<reason>``.
+
+    The first refusal of each reason is reported at once (a log line, and an
+    event when ``emit`` is given); later ones within ``every_s`` are only
+    counted, and ``tick()`` reports what accumulated once the window has
+    passed, so nothing counted goes unsaid. ``reason`` is the exception's
+    ``reason`` attribute (a bounded label), else ``bad_value``. ``counts`` may be
+    the process's own counter dict (the watcher publishes its counters).
+    """
+
+    def __init__(self, log: Logger, what: str = "ipc", emit: Callable[..., Any] | None = None,
+                 counts: dict[str, int] | None = None, every_s: float = REJECT_REPORT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log, self.what, self.emit, self.every_s, self.clock = log, what, emit, every_s, clock
+        self.counts = counts if counts is not None else {}
+        self._reported_at: dict[str, float] = {}
+        self._pending: dict[str, tuple[int, str, str]] = {}   # reason -> (count, where, detail)
+
+    @property
+    def total(self) -> int:
+        prefix = f"{self.what}.rejected."
+        return sum(n for key, n in self.counts.items() if key.startswith(prefix))
+
+    def add(self, where: str, error: Exception) -> str:
+        """Count one refusal; returns its reason."""
+        reason = str(getattr(error, "reason", "") or "bad_value")
+        self.count(where, reason, str(error), 1)
+        return reason
+
+    def count(self, where: str, reason: str, detail: str, n: int = 1) -> None:
+        """Count ``n`` refusals of one reason (a bounded label) at once."""
+        key = f"{self.what}.rejected.{reason}"
+        self.counts[key] = self.counts.get(key, 0) + n
+        pending, _, _ = self._pending.get(reason, (0, "", ""))
+        self._pending[reason] = (pending + n, where, detail[:300])
+        if self.clock() - self._reported_at.get(reason, float("-inf")) >= self.every_s:
+            self._report(reason)
+
+    def tick(self, force: bool = False) -> None:
+        """Report every reason counted since its last report whose window has passed (all: ``force``)."""
+        now = self.clock()
+        for reason in list(self._pending):
+            if force or now - self._reported_at.get(reason, float("-inf")) >= self.every_s:
+                self._report(reason)
+
+    def _report(self, reason: str) -> None:
+        count, where, detail = self._pending.pop(reason)
+        self._reported_at[reason] = self.clock()
+        data = {"socket": where, "reason": reason, "detail": detail, "count": count,
+                "total": self.counts[f"{self.what}.rejected.{reason}"]}
+        self.log.warning(f"{self.what}.rejected", **data)
+        if self.emit is not None:
+            self.emit(f"{self.what}.rejected", data=data)
 
 
 class SpoolLink:
@@ -80,7 +140,7 @@ class SpoolLink:
         self.outbox = Outbox(process, config.node.name, config.node.hall)
         self.sock = ipc.connect(ctx, zmq.DEALER, config.paths.runtime_dir, ipc.SPOOL_INTAKE,
                                 SNDHWM=10000)
-        self.bad_acks = 0
+        self.rejections = Rejections(log, emit=self.emit)
 
     def emit(self, type: str, notice_id: str = "", data: dict[str, Any] | None = None,
              now: float | None = None) -> dict[str, Any]:
@@ -100,12 +160,16 @@ class SpoolLink:
                 if topic != ipc.T_ACK or not isinstance(ids, list):
                     raise ipc.BadMessage("not an ack")
             except ipc.BadMessage as e:
-                self.bad_acks += 1
-                self.log.warning("ipc.rejected", socket=ipc.SPOOL_INTAKE, error=str(e))
+                self.rejections.add(ipc.SPOOL_INTAKE, e)
                 continue
             self.outbox.acked([i for i in ids if isinstance(i, str)])
 
+    @property
+    def bad_acks(self) -> int:
+        return self.rejections.total
+
     def tick(self, now: float | None = None) -> None:
+        self.rejections.tick()
         for ev in self.outbox.due(time.time() if now is None else now):
             if not ipc.send(self.sock, ipc.T_EVENT, ev):
                 break

@@ -11,6 +11,13 @@ from datetime import UTC, datetime, timezone
 # Full RFC 3339 date-time: a 'T' (or space/lowercase t), seconds required, an
 # optional fraction, and a mandatory offset ('Z' or +hh:mm). Anything looser is
 # rejected rather than guessed at.
+# Times the agent can both hold and write back: from the epoch to the end of year
+# 9999 UTC. A time outside (year 0001 with a +23:59 offset, 9999-12-31 with
+# -23:59) parses but cannot be formatted again, and a notice carrying one would
+# fail every process that re-announces it; it is refused at the edge instead.
+MIN_EPOCH = 0.0
+MAX_EPOCH = 253402300800.0   # 10000-01-01T00:00:00Z
+
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?"
     r"([Zz]|[+-]\d{2}:\d{2})$"
@@ -40,7 +47,13 @@ def parse_rfc3339(text: str) -> float:
     # Leap second 60 is legal RFC 3339; clamp it to 59 (one second early is the safe side).
     second = min(second, 59)
     dt = datetime(year, month, day, hour, minute, second, tzinfo=tz)
-    return dt.timestamp() + frac
+    return _in_range(dt.timestamp() + frac, text)
+
+
+def _in_range(epoch: float, text: str) -> float:
+    if not MIN_EPOCH <= epoch < MAX_EPOCH:
+        raise ValueError(f"time outside 1970..9999 UTC: {text[:40]!r}")
+    return epoch
 
 
 def format_rfc3339(epoch: float, millis: bool = True) -> str:
@@ -71,6 +84,7 @@ def parse_gmt(text: str) -> float:
     hour, minute, second = int(m.group(5)), int(m.group(6)), min(int(m.group(7)), 59)
     # datetime() refuses 31 Feb and hour 25: the error names the text.
     try:
-        return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+        epoch = datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
     except ValueError as e:
         raise ValueError(f"not a GMT time: {text[:40]!r}: {e}") from None
+    return _in_range(epoch, text)

@@ -28,9 +28,9 @@ from common.contract import BUILTIN, Contract
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, notice_from_dict
-from common.runtime import SpoolLink, StopFlag, start
+from common.runtime import Rejections, SpoolLink, StopFlag, start
 from common.timefmt import format_rfc3339
-from executor import escalation, workload_map
+from executor import escalation, progress_file, workload_map
 from executor.agent_socket import AgentSocketError, AgentSocketServer
 from executor.drain_plan import deadlines
 from executor.eviction_book import Inputs
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 STATE_FILE = "executor.json"
 TELL_CLIENTS_AFTER_S = 2.0   # tell clients at the latest this long after receipt, cordoned or not
-RECORD_KEYS = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
 PUBLISH_EVERY_S = 1.0
 ESCALATED = ("evict_over", "final")   # verifier levels at which PDB-blocked pods are escalated
 END_STATES = ("done", "cordoned_only", "ended")
@@ -66,11 +65,15 @@ class Executor:
         # which a restarted executor would start a drain on the built-in budget.
         self.contract_heard = False
         self.unsaved, self.saved_at = False, 0.0
-        self.progress: dict[str, dict[str, Any]] = self._load()
+        self.progress: dict[str, dict[str, Any]] = progress_file.load(self.state_path, self.contract, log)
         self.active: dict[str, Notice] = {}
         self.withdrawn: set[str] = set()
         self.escalated: dict[str, str] = {}    # notice id -> the verifier's level
-        self.bad_messages = 0
+        self.rejections = Rejections(log, emit=self.spool.emit)
+        # The agent socket counts what it refuses (executor.socket_protocol.ERROR_CODES); these
+        # turn its counters into socket.rejected log lines and events.
+        self.socket_rejections = Rejections(log, what="socket", emit=self.spool.emit)
+        self.socket_errors_seen: dict[str, int] = {}
         self.kube = self._kube_driver() if config.node.scheduler == "kubernetes" else None
         self.clients = self._agent_socket()
         self.client_pods: dict[int, str | None] = {}   # agent-socket client -> its pod UID
@@ -104,39 +107,6 @@ class Executor:
             return None
         return KubeDriver(self.config, make_api)
 
-    def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            with open(self.state_path, "rb") as f:
-                doc = ujson.loads(f.read(4 << 20))
-        except FileNotFoundError:
-            return {}
-        except (ValueError, OSError) as e:
-            self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-            return {}
-        if not isinstance(doc, dict):
-            self.log.error("state.corrupt", path=self.state_path, error="not a JSON object")
-            return {}
-        # Records the executor cannot read (another version, a hand edit) are set aside, not
-        # crashed on: the drain is re-derived from the cluster, so only step timestamps are lost.
-        kept = {}
-        for nid, rec in doc.items():
-            if isinstance(rec, dict) and all(k in rec for k in RECORD_KEYS) and isinstance(rec["steps"], dict):
-                kept[nid] = self._complete(rec)
-            else:
-                self.log.error("state.record_dropped", notice_id=str(nid)[:200])
-        return kept
-
-    def _complete(self, rec: dict[str, Any]) -> dict[str, Any]:
-        """Fill keys a record from an older executor lacks (the current contract's choices)."""
-        rec.setdefault("pdb_blocked", self.contract.pdb_blocked)
-        rec.setdefault("exclude_from_lb", self.contract.exclude_from_lb)
-        for key in ("evicted", "deleted"):   # pod uid -> namespace/name
-            if not isinstance(rec.get(key), dict):
-                rec[key] = {}
-        if not isinstance(rec.get("reported"), list):
-            rec["reported"] = []
-        return rec
-
     def _save(self) -> None:
         self.unsaved, self.saved_at = False, time.time()
         try:
@@ -159,8 +129,7 @@ class Executor:
                     self.contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
                     self.contract_heard = True
             except (ipc.BadMessage, ValueError, TypeError) as e:
-                self.bad_messages += 1
-                self.log.warning("ipc.rejected", socket=ipc.WATCHER_PUB, error=str(e)[:300])
+                self.rejections.add(ipc.WATCHER_PUB, e)
 
     def on_escalate_readable(self) -> None:
         while True:
@@ -172,17 +141,41 @@ class Executor:
                 _, body = ipc.decode(frames)
                 self.escalated = escalation.parse(body)
             except (ipc.BadMessage, ValueError, TypeError, AttributeError) as e:
-                self.bad_messages += 1
-                self.log.warning("ipc.rejected", socket=ipc.VERIFIER_PUB, error=str(e)[:300])
+                self.rejections.add(ipc.VERIFIER_PUB, e)
+
+    @property
+    def bad_messages(self) -> int:
+        return self.rejections.total
+
+    def report_socket_errors(self) -> None:
+        """New agent-socket refusals since the last call, counted by their error code."""
+        if self.clients is None:
+            return
+        for key, n in self.clients.stats().items():
+            if key.startswith("error.") or key == "acks_dropped":
+                delta = n - self.socket_errors_seen.get(key, 0)
+                if delta > 0:
+                    self.socket_errors_seen[key] = n
+                    self.socket_rejections.count(self.config.agent_socket.path, key.removeprefix("error."),
+                                                 "agent socket client refused", delta)
+        self.socket_rejections.tick()
 
     def _on_notice_state(self, body: dict[str, Any]) -> None:
+        raw, withdrawn = body.get("active") or [], body.get("withdrawn") or []
+        if not isinstance(raw, list) or not isinstance(withdrawn, list):
+            raise ipc.BadMessage("notice state: 'active' and 'withdrawn' must be lists")
         active = {}
-        for d in body.get("active") or []:
-            n = notice_from_dict(d)
+        for d in raw:
+            # One bad record is refused alone: it must not hide the good notices next to it.
+            try:
+                n = notice_from_dict(d)
+            except ValueError as e:
+                self.rejections.add(ipc.WATCHER_PUB, e)
+                continue
             if n.node in (self.config.node.name, "*"):
                 active[n.id] = n
         self.active = active
-        self.withdrawn = {str(i) for i in body.get("withdrawn") or []}
+        self.withdrawn = {str(i) for i in withdrawn}
 
     # -- the work -------------------------------------------------------------------
     def work(self, now: float) -> None:
@@ -270,12 +263,12 @@ class Executor:
         if rec is None:
             # A drain keeps the budget and choices it started with, whatever contract lands meanwhile.
             drain = self.contract.drain
-            rec = self.progress[n.id] = self._complete({
+            rec = self.progress[n.id] = progress_file.complete({
                 "kind": n.kind, "state": "running", "steps": {}, "received_at": n.received_at,
                 "remaining": None, "contract_serial": self.contract.serial,
                 "taint_key": self.contract.taint_key, "policy": self._policy(n.kind),
                 "budget": {"budget_s": drain.budget_s, "checkpoint_s": drain.checkpoint_s,
-                           "evict_s": drain.evict_s, "margin_s": drain.margin_s}})
+                           "evict_s": drain.evict_s, "margin_s": drain.margin_s}}, self.contract)
             self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
             self._save()
         if rec["state"] != "running":
@@ -403,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         ex.on_reports(now)
         ex.work(now)
         ex.spool.tick(now)
+        ex.rejections.tick()
+        ex.report_socket_errors()
         if now - last_publish >= PUBLISH_EVERY_S:
             ex.publish()
             last_publish = now
@@ -410,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         ex.kube.close()
     if ex.clients is not None:
         ex.clients.close()
+    ex.rejections.tick(force=True)
+    ex.report_socket_errors()
+    ex.socket_rejections.tick(force=True)
     ex.spool.flush(1.0)
     ctx.destroy(linger=0)
     log.info("process.stopped")

@@ -316,7 +316,7 @@ def _resolve(value: str | int | None, lookup) -> int:
         return -1
     if isinstance(value, int):
         return value
-    return int(value) if value.isdigit() else lookup(value)
+    return int(value) if value.isascii() and value.isdigit() else lookup(value)
 
 
 def _remove_stale(path: str) -> None:

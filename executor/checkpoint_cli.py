@@ -150,7 +150,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _parse_signal(text: str) -> int:
     name = text.upper()
-    if name.isdigit():
+    if name.isascii() and name.isdigit():
         return int(name)
     try:
         return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]

@@ -92,6 +92,11 @@ class PidRow:
     localid: str  # "0" for the first task of the step (the batch shell), "-" for its children
 
 
+def _uint(text: str) -> bool:
+    # str.isdigit() alone accepts '²' and other digits int() refuses.
+    return text.isascii() and text.isdigit()
+
+
 def parse_kv(line: str) -> dict[str, str]:
     """One ``scontrol -o show ...`` line as a dict; values may hold spaces (Reason=...)."""
     out: dict[str, str] = {}
@@ -110,13 +115,13 @@ def parse_listpids(text: str) -> list[PidRow]:
     rows = []
     for line in text.splitlines()[1:]:  # the first line is the header
         f = line.split()
-        if len(f) >= 4 and f[0].isdigit() and f[1].isdigit() and int(f[0]) > 1:
+        if len(f) >= 4 and _uint(f[0]) and _uint(f[1]) and int(f[0]) > 1:
             rows.append(PidRow(int(f[0]), int(f[1]), f[2], f[3]))
     return rows
 
 
 def parse_job_ids(text: str) -> list[int]:
-    return sorted({int(t) for t in text.split() if t.isdigit()})
+    return sorted({int(t) for t in text.split() if _uint(t)})
 
 
 def classify(argv: Iterable[str], rc: int, stderr: str) -> SlurmError:

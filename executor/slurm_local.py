@@ -72,11 +72,11 @@ def scan(conf: str, node: str, proc: str = PROC) -> dict[int, int]:
     except OSError:
         return {}
     for name in names:
-        if not name.isdigit() or int(name) == me:
+        if not (name.isascii() and name.isdigit()) or int(name) == me:
             continue
         env = read_environ(int(name), proc)
         job = (env or {}).get("SLURM_JOB_ID", "")
-        if job.isdigit() and owns(env, int(job), conf, node, listed=False):
+        if job.isascii() and job.isdigit() and owns(env, int(job), conf, node, listed=False):
             found[int(name)] = int(job)
     return found
 

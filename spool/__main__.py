@@ -36,7 +36,7 @@ from common.config import Config
 from common.contract import Contract
 from common.events import make_event
 from common.log import Logger
-from common.runtime import StopFlag, start
+from common.runtime import Rejections, StopFlag, start
 from spool.intake import MAX_RECORD, OWN, Intake, Rejected, encode, parse_event
 from spool.record import record_size
 from spool.ring import SpoolIOError
@@ -50,7 +50,6 @@ SPOOL_FILE = "spool.dat"
 MAX_ROUND = 2000         # messages taken per round: bounds one group commit's latency
 IDLE_POLL_MS = 1000      # how soon a stop or a queued report is noticed while idle
 RETRY_S = 1.0            # between attempts while the disk refuses writes
-REJECT_LOG_EVERY_S = 10.0
 LOGGED_HERE = ("spool.dropped", "spool.recovered")   # the store has no log; the others log where they happen
 
 
@@ -83,9 +82,8 @@ class Spool:
         self.seq = 0
         self.episode: Episode | None = None
         self.retry_at = 0.0
-        self.rejected = 0
-        self._rejects_logged_at = -REJECT_LOG_EVERY_S
-        self._rejects_unlogged = 0
+        self.rejections = Rejections(log, emit=lambda type_, data: self.own_event(type_, data, time.time()),
+                                     clock=clock)
         self._last_contract = b""
         self.drops: dict[str, Any] | None = None   # drops not yet recorded as an event (merged)
         self.drops_at = 0.0
@@ -115,6 +113,7 @@ class Spool:
         if self.sub in ready:
             self.on_contract()
         self.collect_reports()
+        self.rejections.tick()
         self.attach_drops()
         due = self.clock() >= self.retry_at
         if due and not self.store.is_open:
@@ -134,7 +133,7 @@ class Spool:
             try:
                 sender, event_id, payload = parse_event(frames, limit)
             except Rejected as e:
-                self.reject(ipc.SPOOL_INTAKE, str(e))
+                self.rejections.add(ipc.SPOOL_INTAKE, e)
                 continue
             offer(sender, event_id, payload)
 
@@ -227,16 +226,9 @@ class Spool:
         drops, self.drops = self.drops, None
         self.own_event("spool.dropped", drops, self.drops_at)
 
-    def reject(self, socket: str, error: str) -> None:
-        """Count garbage; log it at most once per REJECT_LOG_EVERY_S, so a flood cannot flood the log."""
-        self.rejected += 1
-        self._rejects_unlogged += 1
-        now = self.clock()
-        if now - self._rejects_logged_at >= REJECT_LOG_EVERY_S:
-            self.log.warning("ipc.rejected", socket=socket, error=error[:300], count=self._rejects_unlogged,
-                             total=self.rejected)
-            self._rejects_logged_at = now
-            self._rejects_unlogged = 0
+    @property
+    def rejected(self) -> int:
+        return self.rejections.total
 
     # -- where events go ---------------------------------------------------------------
     def on_contract(self) -> None:
@@ -251,7 +243,7 @@ class Spool:
                 _, body = ipc.decode(frames)
                 contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
             except (ipc.BadMessage, ValueError, TypeError) as e:
-                self.reject(ipc.WATCHER_PUB, str(e))
+                self.rejections.add(ipc.WATCHER_PUB, e)
                 continue
             self._last_contract = frames[1]
             self.set_sink(contract.sink_url)
@@ -275,6 +267,7 @@ class Spool:
     def shutdown(self) -> None:
         """SIGTERM: take what is already queued, write it and the spool's own events, close the file."""
         self.receive()
+        self.rejections.tick(force=True)
         stopped = self.shipper.stop() if self.shipper is not None else True
         self.collect_reports()
         # Recording N drops is worth the one more record it may cost in a full file (that one is logged).

@@ -42,7 +42,15 @@ OWN = b""          # the sender of the spool's own events: nobody to acknowledge
 
 
 class Rejected(ValueError):
-    """A message that is not one storable event; counted and dropped, never acknowledged."""
+    """A message that is not one storable event; counted (by ``reason``) and dropped, never acknowledged.
+
+    Reasons: those of ``ipc.BadMessage``, and bad_shape (no id or type), not_encodable
+    (NaN, lone surrogates), too_large (over a record even without its data).
+    """
+
+    def __init__(self, detail: str, reason: str = "bad_shape") -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 def encode(event: dict[str, Any]) -> bytes:
@@ -51,7 +59,7 @@ def encode(event: dict[str, Any]) -> bytes:
         return ujson.dumps(event, ensure_ascii=False, escape_forward_slashes=False,
                            allow_nan=False).encode("utf-8")
     except (OverflowError, UnicodeError, TypeError, ValueError) as e:
-        raise Rejected(f"event cannot be encoded as JSON: {e}") from None
+        raise Rejected(f"event cannot be encoded as JSON: {e}", "not_encodable") from None
 
 
 def fit(event: dict[str, Any], payload: bytes, limit: int) -> bytes:
@@ -62,20 +70,20 @@ def fit(event: dict[str, Any], payload: bytes, limit: int) -> bytes:
     slim["data"] = {"spool_truncated_bytes": len(payload)}
     out = encode(slim)
     if len(out) > limit:
-        raise Rejected(f"event of {len(payload)} bytes is too large even without its data")
+        raise Rejected(f"event of {len(payload)} bytes is too large even without its data", "too_large")
     return out
 
 
 def parse_event(frames: list[bytes], limit: int = MAX_RECORD) -> tuple[bytes, str, bytes]:
     """(sender identity, event_id, payload) of one intake message, else Rejected."""
     if len(frames) < 2:
-        raise Rejected("no sender identity")
+        raise Rejected("no sender identity", "frames")
     try:
         topic, body = ipc.decode(frames[1:])
     except ipc.BadMessage as e:
-        raise Rejected(str(e)) from None
+        raise Rejected(str(e), e.reason) from None
     if topic != ipc.T_EVENT:
-        raise Rejected(f"topic {topic!r} on the event intake")
+        raise Rejected(f"topic {topic!r} on the event intake", "topic")
     event_id, type_ = body.get("event_id"), body.get("type")
     if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_ID:
         raise Rejected("event_id must be a string of 1..128 characters")

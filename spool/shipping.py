@@ -53,7 +53,7 @@ def classify(status: int | None) -> str:
 
 def retry_after_s(value: str | None, cap: float = BACKOFF_CAP_S) -> float | None:
     """A Retry-After header in delta-seconds, capped; None when absent or an HTTP date."""
-    if value is None or not value.strip().isdigit():
+    if value is None or not (value.strip().isascii() and value.strip().isdigit()):
         return None
     return min(float(value.strip()), cap)
 

@@ -24,7 +24,7 @@ from common.config import Config
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import CHANNELS, Notice, notice_from_dict
-from common.runtime import SpoolLink, StopFlag, start
+from common.runtime import Rejections, SpoolLink, StopFlag, start
 from verifier import core, metrics
 
 STATE_FILE = "verdicts.json"
@@ -56,7 +56,7 @@ class Verifier:
         self.progress_at = 0.0
         self.contract: dict[str, Any] = {}
         self.move_step = "requeue" if config.node.scheduler == "slurm" else "evict"
-        self.bad_messages = 0
+        self.rejections = Rejections(log, emit=self.spool.emit)
         self.metrics_path = config.metrics.textfile
         self.metrics_dirty = True
         self.metrics_failed = False
@@ -110,8 +110,11 @@ class Verifier:
                     self.progress_at = time.time()
                 self.heard.add(topic)
             except (ipc.BadMessage, ValueError, TypeError) as e:
-                self.bad_messages += 1
-                self.log.warning("ipc.rejected", error=str(e)[:300])
+                self.rejections.add(ipc.EXECUTOR_PUB if sock is self.progress_sub else ipc.WATCHER_PUB, e)
+
+    @property
+    def bad_messages(self) -> int:
+        return self.rejections.total
 
     def _on_notices(self, body: dict[str, Any]) -> None:
         active = {}
@@ -122,8 +125,7 @@ class Verifier:
             try:
                 n = notice_from_dict(d)
             except ValueError as e:
-                self.bad_messages += 1
-                self.log.warning("ipc.rejected", what="notice", error=str(e)[:300])
+                self.rejections.add(ipc.WATCHER_PUB, e)
                 continue
             if n.node in (self.config.node.name, "*"):
                 active[n.id] = n
@@ -229,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         now = time.time()
         v.check(now)
         v.spool.tick(now)
+        v.rejections.tick()
         if now - last_publish >= PUBLISH_EVERY_S:
             v.publish()
             last_publish = now
         v.write_metrics()
+    v.rejections.tick(force=True)
     v.spool.flush(1.0)
     v.on_acks()
     ctx.destroy(linger=0)

@@ -91,27 +91,35 @@ def new_state() -> dict[str, Any]:
 
 
 def normalize(doc: Any) -> dict[str, Any]:
-    """A loaded state file with every key present; anything unusable starts fresh."""
+    """A loaded state file with every key present; anything unusable is dropped, entry by entry.
+
+    Deep, not just top-level: whatever is kept here is used without further checks, and a
+    verifier that crashed on its own state file would restart into the same crash.
+    """
     state = new_state()
     if isinstance(doc, dict):
         for key, default in state.items():
             value = doc.get(key, default)
             state[key] = value if isinstance(value, type(default)) else default
-        m = state["metrics"]
-        if not isinstance(m.get("counters"), dict) or not isinstance(m.get("histograms"), dict):
-            state["metrics"] = metrics.empty()
+        state["metrics"] = metrics.clean(state["metrics"])
         state["clocks"] = {nid: c for nid, c in state["clocks"].items() if _valid_clock(c)}
         for key in ("verdicts", "escalated", "unacked"):
             state[key] = {k: v for k, v in state[key].items() if isinstance(v, dict)}
+        state["escalated"] = {nid: {lvl: as_epoch(t) for lvl, t in seen.items()
+                                    if lvl in ESCALATION_LEVELS and as_epoch(t)}
+                              for nid, seen in state["escalated"].items()}
     return state
 
 
 def _valid_clock(c: Any) -> bool:
+    """A clock whose every time can be written as RFC 3339 (its verdict event does)."""
     try:
-        Clock.from_dict(c)
-        return True
+        clock = Clock.from_dict(c)
     except (KeyError, TypeError, ValueError):
         return False
+    times = (clock.issued_at, clock.received_at, clock.deadline, clock.checkpoint_at, clock.evict_at,
+             clock.cutoff)
+    return all(as_epoch(t) for t in times) and math.isfinite(clock.margin_s)
 
 
 def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], bool]:

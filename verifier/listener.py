@@ -70,7 +70,7 @@ def event_data(headers: dict[str, str], payload: str) -> dict[str, Any] | None:
     if state == "EXITED":
         data["expected"] = fields.get("expected") == "1"
         pid = fields.get("pid", "")
-        data["pid"] = int(pid) if pid.isdigit() else None
+        data["pid"] = int(pid) if pid.isascii() and pid.isdigit() else None
     return data
 
 

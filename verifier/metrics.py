@@ -9,6 +9,7 @@ string can never become a label.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -50,6 +51,34 @@ TIMELINE_HISTOGRAMS = (
 
 def empty() -> dict[str, Any]:
     return {"counters": {}, "histograms": {}}
+
+
+def clean(m: Any) -> dict[str, Any]:
+    """Counters and histograms from a loaded state file, keeping only well-formed series.
+
+    A corrupt entry is dropped, not crashed on: the verifier would restart into the same file.
+    """
+    out = empty()
+    if not isinstance(m, dict):
+        return out
+    counters, histograms = m.get("counters"), m.get("histograms")
+    for name, series in (counters.items() if isinstance(counters, dict) else ()):
+        if METRICS.get(name, ("",))[0] == "counter" and isinstance(series, dict):
+            out["counters"][name] = {k: v for k, v in series.items()
+                                     if isinstance(k, str) and _count(v)}
+    for name, h in (histograms.items() if isinstance(histograms, dict) else ()):
+        if METRICS.get(name, ("",))[0] != "histogram" or not isinstance(h, dict):
+            continue
+        counts = h.get("counts")
+        if (isinstance(counts, list) and len(counts) == len(BUCKETS) + 1 and all(_count(c) for c in counts)
+                and _count(h.get("count")) and isinstance(h.get("sum"), (int, float))
+                and not isinstance(h.get("sum"), bool) and math.isfinite(h["sum"])):
+            out["histograms"][name] = {"counts": list(counts), "sum": float(h["sum"]), "count": h["count"]}
+    return out
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def bounded(value: Any, allowed: tuple[str, ...]) -> str:
@@ -123,7 +152,9 @@ def rejection_deltas(seen: dict[str, Any], started_at: Any, counters: Any) -> li
     if seen.get("started_at") != started_at:
         seen["started_at"] = started_at
         seen["values"] = {}
-    values = seen.setdefault("values", {})
+    values = seen.get("values")
+    if not isinstance(values, dict):
+        values = seen["values"] = {}
     out = []
     for key, value in counters.items():
         if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int):
@@ -132,10 +163,12 @@ def rejection_deltas(seen: dict[str, Any], started_at: Any, counters: Any) -> li
         if not sep:
             continue
         what = what.rstrip(".") or "notice"
-        delta = value - int(values.get(key, 0))
+        old = values.get(key, 0)
+        old = old if isinstance(old, int) and not isinstance(old, bool) else 0
+        delta = value - old
         if delta > 0:
             out.append((reason_label(what), reason_label(reason), delta))
-        values[key] = max(value, int(values.get(key, 0)))
+        values[key] = max(value, old)
     return out
 
 

@@ -25,9 +25,10 @@ from common.config import Config
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
-from common.runtime import SpoolLink, start
+from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
 from watcher import contract_verify
 from watcher.contract_keeper import ContractKeeper, contract_message
+from watcher.contract_store import TrustDirUnsafe
 from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
@@ -73,6 +74,7 @@ class Watcher:
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
+        self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
         self.throttle = Throttle(REPEAT_REPORT_S)
@@ -175,8 +177,11 @@ class Watcher:
             self.log.info("notice.withdrawn", notice_id=n.id, kind=n.kind)
             self.spool.emit("notice.withdrawn", n.id, {"kind": n.kind}, now)
         elif (outcome.action == "ignored" and outcome.reason != "withdrawn"
-              and self.throttle.due(f"ignored.{outcome.reason}.{n.id}", now)):
-            data = {"reason": outcome.reason, "node": n.node[:200], "channel": n.channel}
+              and self.throttle.due(f"ignored.{outcome.reason}", now)):
+            # Once a minute per reason, not per notice: a flood of distinct ids (another node's
+            # notices misrouted to us) is counted in full but logged once, with the count so far.
+            data = {"reason": outcome.reason, "node": n.node[:200], "channel": n.channel,
+                    "count": self.counters.get(f"ignored.reason.{outcome.reason}", 1)}
             self.log.info("notice.ignored", notice_id=n.id, **data)
             self.spool.emit("notice.ignored", n.id, data, now)
 
@@ -223,14 +228,15 @@ class Watcher:
     def on_relay_status(self, status: str, detail: str) -> None:
         self.count(f"relay.{status}")
         now = time.time()
-        if status == "error":
-            if not self.throttle.due("relay.error", now):
+        if status in ("error", "slow_consumer"):
+            if not self.throttle.due(f"relay.{status}", now):
                 return
-            detail = f"{detail} (count {self.counters['relay.error']})"
-        level = self.log.warning if status in ("error", "disconnected", "closed") else self.log.info
+            detail = f"{detail} (count {self.counters[f'relay.{status}']})"
+        level = self.log.warning if status in ("error", "slow_consumer", "disconnected", "closed") else self.log.info
         level(f"relay.{status}", detail=detail)
         event = {"connected": "relay.connected", "reconnected": "relay.connected",
-                 "disconnected": "relay.disconnected", "error": "relay.error"}.get(status)
+                 "disconnected": "relay.disconnected", "error": "relay.error",
+                 "slow_consumer": "relay.error"}.get(status)
         if event:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
@@ -246,8 +252,7 @@ class Watcher:
                 if not isinstance(notices, dict):
                     raise ipc.BadMessage("progress without a notices object")
             except ipc.BadMessage as e:
-                self.count("ipc.rejected")
-                self.log.warning("ipc.rejected", socket=ipc.EXECUTOR_PUB, error=str(e)[:300])
+                self.rejections.add(ipc.EXECUTOR_PUB, e)
                 continue
             self._on_progress(notices)
 
@@ -276,13 +281,21 @@ class Watcher:
         snap = self.book.snapshot()
         ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
                                           "withdrawn": list(snap["withdrawn"]), "arrivals": snap["arrivals"],
-                                          "counters": dict(self.counters), "started_at": self.started_at})
+                                          "counters": self.published_counters(), "started_at": self.started_at})
+
+    def published_counters(self) -> dict[str, int]:
+        """The watcher's counters and the contract keeper's rejections (``contract.rejected.<reason>``)."""
+        out = dict(self.counters)
+        for reason, n in self.contracts.counters.items():
+            out[f"contract.rejected.{reason.replace(':', '_')}"] = n
+        return out
 
     def tick(self) -> None:
         """One turn of housekeeping: spool acks and resends, executor progress, injected notices,
         the re-announce."""
         self.spool.on_readable()
         self.spool.tick()
+        self.rejections.tick()
         self.on_progress_readable()
         self.on_injected()
         self.book.forget_old(time.time())
@@ -307,7 +320,14 @@ async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:
 
 async def run(config: Config, log: Logger) -> int:
     ctx = zmq.Context()
-    w = Watcher(config, log, ctx)
+    try:
+        w = Watcher(config, log, ctx)
+    except TrustDirUnsafe as e:
+        # Anyone could drop a key in and sign their own drain budget: refuse to start
+        # (supervisord shows the failure) rather than run on a contract nobody vouches for.
+        log.error("contract.trust_dir_unsafe", error=str(e))
+        ctx.destroy(linger=0)
+        return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -319,16 +339,28 @@ async def run(config: Config, log: Logger) -> int:
         asyncio.create_task(tick_loop(w, stop)),
         asyncio.create_task(w.contracts.run(stop, lambda contract: w.changed.set())),
     ]
-    await stop.wait()
+    # A task that raised (a bug, an input nobody foresaw) would leave the watcher alive but
+    # deaf or silent: exit non-zero instead, and supervisord starts a fresh one. A task that
+    # simply returns (relay or metadata not configured) is no failure.
+    pending: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait()), *tasks}
+    failed: list[asyncio.Task[Any]] = []
+    while not stop.is_set() and not failed:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in tasks if t in done and not t.cancelled() and t.exception() is not None]
+    for t in failed:
+        exc = t.exception()
+        log.error("process.task_failed", task=t.get_coro().__name__, error=f"{type(exc).__name__}: {exc}"[:300])
+    stop.set()
     for t in tasks:
         try:
             await asyncio.wait_for(t, timeout=3)
         except (TimeoutError, Exception):  # noqa: BLE001 -- stopping; report and move on
             t.cancel()
+    w.rejections.tick(force=True)
     w.spool.flush(1.0)
     ctx.destroy(linger=0)
     log.info("process.stopped")
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

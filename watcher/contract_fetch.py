@@ -166,7 +166,7 @@ def _exchange(conn: http.client.HTTPConnection, target: str, etag: str | None, l
         return FetchResult(resp.status, etag, error=status_error(resp.status),
                            detail=f"HTTP {resp.status} {resp.reason}"[:200])
     length_header = (resp.getheader("Content-Length") or "").strip()
-    length = int(length_header) if length_header.isdigit() else None
+    length = int(length_header) if length_header.isascii() and length_header.isdigit() else None
     if length is not None and length > limit:
         # Refused on the header alone: the body is never read.
         return FetchResult(200, etag, error="too_large", detail=f"Content-Length {length} > {limit}")

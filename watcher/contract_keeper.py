@@ -58,7 +58,12 @@ class ContractKeeper:
         loaded = load_startup(c.trust_dir, c.launch_path, self.lkg_path, self.scope)
         self.keys = dict(loaded.trust.keys)
         for problem in loaded.trust.problems:
+            # A key file refused (unreadable, not Ed25519, world-writable) or no trust directory:
+            # counted like a refused bundle, so it shows in sco_agent_rejections_total.
+            self.counters["trust_problem"] = self.counters.get("trust_problem", 0) + 1
             self.log.error("contract.trust_problem", detail=problem[:300])
+            self.emit("contract.rejected", data={"source": "trust_dir", "reason": "trust_problem",
+                                                 "detail": problem[:300]})
         for source, outcome in (("launch", loaded.startup.launch), ("lkg", loaded.startup.lkg)):
             if isinstance(outcome, Rejected):
                 self._rejected(outcome, source)

@@ -11,8 +11,10 @@ Thin adapters around the pure choices in ``watcher.contract_verify``:
 
 Nothing here raises on bad content: problems come back as values for the
 watcher to count and report. Only ``load_trust_dir`` raises, for a trust
-directory that must not be used at all, and ``load_startup`` turns that into
-"no trusted keys" (so the node starts on BUILTIN, loudly, instead of crash-looping).
+directory that cannot be used at all. ``load_startup`` turns a missing (or
+unreadable) one into "no trusted keys" -- the node starts on BUILTIN, loudly --
+but lets ``TrustDirUnsafe`` through: a directory anyone can write to is a
+configuration error, and the watcher refuses to start (exit 2) until it is fixed.
 """
 from __future__ import annotations
 
@@ -42,6 +44,10 @@ class TrustDirError(ValueError):
     """The trust directory cannot be used at all (missing, not a directory, writable by anyone)."""
 
 
+class TrustDirUnsafe(TrustDirError):
+    """The trust directory (or its parent) is writable by anyone: the agent must not start on it."""
+
+
 @dataclass(frozen=True, slots=True)
 class TrustLoad:
     """Keys that loaded (keyid -> raw 32-byte Ed25519 public key) and the files that did not."""
@@ -67,10 +73,19 @@ def load_trust_dir(path: str) -> TrustLoad:
     if not stat.S_ISDIR(st.st_mode):
         raise TrustDirError(f"trust directory {path}: not a directory")
     if st.st_mode & stat.S_IWOTH:
-        # Anyone could drop a key in and sign their own drain budget.
-        raise TrustDirError(
+        # Anyone could drop a key in and sign their own drain budget (a sticky bit does not help:
+        # it only protects files from deletion by others, not new files from being added).
+        raise TrustDirUnsafe(
             f"trust directory {path} is world-writable (mode {stat.S_IMODE(st.st_mode):o}); "
             f"refusing every key in it: chmod o-w {path}"
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    pst = os.stat(parent)
+    if pst.st_mode & stat.S_IWOTH and not pst.st_mode & stat.S_ISVTX:
+        # ... or rename the whole directory away and put their own in its place.
+        raise TrustDirUnsafe(
+            f"trust directory {path}: its parent {parent} is world-writable without the sticky bit "
+            f"(mode {stat.S_IMODE(pst.st_mode):o}); refusing it: chmod o-w {parent}"
         )
     keys: dict[str, bytes] = {}
     problems: list[str] = []
@@ -125,9 +140,11 @@ def save_lkg(path: str, envelope: bytes) -> None:
 
 
 def load_startup(trust_dir: str, launch_path: str, lkg_path: str, scope: NodeScope) -> StartupLoad:
-    """Everything the watcher needs at start, without any network."""
+    """Everything the watcher needs at start, without any network; TrustDirUnsafe passes through."""
     try:
         trust = load_trust_dir(trust_dir)
+    except TrustDirUnsafe:
+        raise
     except TrustDirError as exc:
         trust = TrustLoad({}, (str(exc),))
     startup = choose_startup(read_envelope(launch_path), read_envelope(lkg_path), scope, trust.keys)

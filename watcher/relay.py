@@ -2,7 +2,7 @@
 
 Thin adapter: it hands every raw payload to ``on_payload`` and reports
 connection changes to ``on_status(status, detail)`` (connected, disconnected,
-reconnected, error, closed, disabled); parsing and decisions live elsewhere.
+reconnected, error, slow_consumer, closed, disabled); parsing and decisions live elsewhere.
 
 Staying connected: nats-py, given ``max_reconnect_attempts=-1``, retries the
 first connection and every reconnection forever (one try per
@@ -60,7 +60,10 @@ def connect_options(config: Config, on_status: Status, closed: asyncio.Event) ->
         on_status("reconnected", "")
 
     async def error(e: Exception) -> None:
-        on_status("error", f"{type(e).__name__}: {e}"[:300])
+        # nats-py reports each message it dropped for a full pending queue (PENDING_MSGS) as
+        # a SlowConsumerError: a flood, counted apart from connection errors.
+        status = "slow_consumer" if type(e).__name__ == "SlowConsumerError" else "error"
+        on_status(status, f"{type(e).__name__}: {e}"[:300])
 
     async def was_closed() -> None:
         closed.set()

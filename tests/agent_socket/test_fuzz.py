@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from executor.socket_protocol import (
@@ -16,6 +16,7 @@ from executor.socket_protocol import (
     Send,
 )
 from tests.agent_socket.harness import make_notice
+from tests.fuzzing import fuzz
 
 PEER = Peer(pid=7, uid=0, gid=0)
 
@@ -51,7 +52,7 @@ def check_actions(actions: list, open_conns: set[int]) -> None:
             assert isinstance(a, Ack) and a.status in ("checkpointed", "failed")
 
 
-@settings(max_examples=120, deadline=None)
+@fuzz(120)
 @given(chunks=st.lists(st.tuples(st.integers(1, 3), lines, st.booleans(), st.integers(0, 40)), max_size=25),
        notice_first=st.booleans())
 def test_any_byte_stream_yields_only_well_formed_actions(chunks, notice_first):
@@ -76,7 +77,7 @@ def test_any_byte_stream_yields_only_well_formed_actions(chunks, notice_first):
     assert stats["registered"] <= stats["open"]
 
 
-@settings(max_examples=50, deadline=None)
+@fuzz(50)
 @given(size=st.integers(MAX_LINE - 2, MAX_LINE + 2), piece=st.integers(1, 70000))
 def test_line_limit_holds_however_the_bytes_are_split(size, piece):
     """A line longer than the limit is always refused; one within it never is."""

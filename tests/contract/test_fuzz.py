@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from common.contract import Contract
 from tests.contract.conftest import SCOPE, Key, b64, payload
+from tests.fuzzing import fuzz
 from watcher.contract_verify import (
     PAYLOAD_TYPE,
     REASONS,
@@ -47,19 +48,19 @@ def _check(raw: bytes) -> None:
         assert out.reason in REASONS
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(300)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes(raw: bytes) -> None:
     _check(raw)
 
 
-@settings(max_examples=150, deadline=None)
+@fuzz(150)
 @given(envelopes)
 def test_arbitrary_envelope_shapes(env: dict) -> None:
     _check(json.dumps(env).encode())
 
 
-@settings(max_examples=100, deadline=None)
+@fuzz(100)
 @given(json_values, st.sampled_from(["serial", "hall", "drain", "kinds", "slurm", "issued_at",
                                      "sink_url", "taint_key", "node_class", "extra"]))
 def test_signed_payloads_with_any_field_value(value: object, field: str) -> None:
@@ -67,7 +68,7 @@ def test_signed_payloads_with_any_field_value(value: object, field: str) -> None
     _check(KEY.bundle(dict(payload(6), **{field: value})))
 
 
-@settings(max_examples=200, deadline=None)
+@fuzz(200)
 @given(st.binary(max_size=400), st.integers(min_value=0, max_value=400))
 def test_cut_or_corrupted_real_bundle(noise: bytes, cut: int) -> None:
     raw = KEY.bundle(payload(6))

@@ -10,6 +10,7 @@ from common.contract import BUILTIN
 from tests.contract.conftest import SCOPE, Key, payload
 from watcher.contract_store import (
     TrustDirError,
+    TrustDirUnsafe,
     load_startup,
     load_trust_dir,
     parse_public_key,
@@ -140,13 +141,35 @@ def test_truncated_lkg_falls_back(node: dict[str, Path], key: Key) -> None:
     assert s.contract.serial == 3 and s.lkg == Rejected("truncated", "input ends early (50 bytes)")
 
 
-def test_world_writable_trust_dir_starts_on_builtin_loudly(node: dict[str, Path], key: Key) -> None:
-    """Not a crash loop: the node runs on BUILTIN and says why."""
+@pytest.mark.parametrize("mode", [0o777, 0o1777])
+def test_world_writable_trust_dir_refuses_to_start(node: dict[str, Path], key: Key, mode: int) -> None:
+    """A trust dir anyone can add a key to is a configuration error, sticky bit or not: the
+    watcher must not start on it (watcher/__main__.py exits 2, tests/hostile/test_permissions.py)."""
     node["launch"].write_bytes(key.bundle(payload(3)))
-    os.chmod(node["trust"], 0o777)
-    loaded = load_startup(str(node["trust"]), str(node["launch"]), str(node["lkg"]), SCOPE)
+    os.chmod(node["trust"], mode)
+    with pytest.raises(TrustDirUnsafe, match="world-writable.*chmod o-w"):
+        load_startup(str(node["trust"]), str(node["launch"]), str(node["lkg"]), SCOPE)
+
+
+def test_trust_dir_under_a_world_writable_parent_is_refused(tmp_path: Path, key: Key) -> None:
+    """Without the sticky bit anyone could rename the directory away and put their own there."""
+    parent = tmp_path / "open"
+    parent.mkdir()
+    (parent / "trust").mkdir(mode=0o755)
+    os.chmod(parent, 0o777)
+    with pytest.raises(TrustDirUnsafe, match="parent"):
+        load_trust_dir(str(parent / "trust"))
+    os.chmod(parent, 0o1777)   # like /tmp: others cannot rename what is not theirs
+    assert load_trust_dir(str(parent / "trust")).keys == {}
+
+
+def test_missing_trust_dir_starts_on_builtin_loudly(tmp_path: Path, key: Key) -> None:
+    """No trust directory at all is 'no keys': the node runs on BUILTIN and says why."""
+    launch = tmp_path / "contract-launch.json"
+    launch.write_bytes(key.bundle(payload(3)))
+    loaded = load_startup(str(tmp_path / "absent"), str(launch), str(tmp_path / "lkg.json"), SCOPE)
     assert loaded.startup.contract is BUILTIN
-    assert "world-writable" in loaded.trust.problems[0]
+    assert "No such file" in loaded.trust.problems[0]
     assert isinstance(loaded.startup.launch, Rejected) and loaded.startup.launch.reason == "unknown_key"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,7 @@ def zctx() -> Iterator[zmq.Context]:
     ctx.destroy(linger=0)
 
 
-def ids(events: list[dict]) -> list[str]:
+def ids(events: Iterable[dict]) -> list[str]:
     return [e["event_id"] for e in events]
 
 
@@ -77,10 +77,19 @@ def test_garbage_on_the_intake_is_counted_and_a_good_event_still_acked(tmp_path:
         big.close(0)
         assert sp.alive()
         assert sp.stop() == 0
-    assert ids(file_events(cfg)) == ["good-1", "good-2"]
+    events = file_events(cfg)
+    assert ids(e for e in events if e["type"] != "ipc.rejected") == ["good-1", "good-2"]
+    # Each report is also an event in the spool itself, with its reason and count.
+    reported = [e["data"] for e in events if e["type"] == "ipc.rejected"]
+    assert sum(d["count"] for d in reported) == len(junk) and all(d["reason"] for d in reported)
     [stopped] = sp.logged("process.stopped")
     assert stopped["rejected"] == len(junk)
-    assert len(sp.logged("ipc.rejected")) == 1          # counted every time, logged once per 10 s
+    # Counted every time; logged at once per reason, then at most every 10 s (and at stop) with the
+    # count since the last line.
+    lines = sp.logged("ipc.rejected")
+    assert {line["reason"] for line in lines} == {"frames", "topic", "bad_json", "not_object", "bad_shape",
+                                                  "not_encodable"}
+    assert sum(line["count"] for line in lines) == len(junk)
 
 
 def test_a_resent_event_is_acknowledged_again_but_written_once(tmp_path: Path, zctx: zmq.Context) -> None:
@@ -194,9 +203,12 @@ def test_the_contracts_sink_url_is_where_events_go(tmp_path: Path, vec: VectorEm
         def shipped() -> bool:
             pub.send_multipart([ipc.T_CONTRACT, b"{not json"])          # counted, ignored
             ipc.send(pub, ipc.T_CONTRACT, contract)                     # re-announced, as the watcher does
-            return len(vec.records()) >= 10
+            return len(sent_by_tx()) >= 10
+
+        def sent_by_tx() -> list[str]:   # the garbage is reported by an ipc.rejected event, shipped too
+            return ids(r for r in vec.records() if r["type"] != "ipc.rejected")
 
         wait_for(shipped, 10, "events shipped to the contract's sink", interval=0.2)
-        assert ids(vec.records()) == tx.acked()
+        assert sent_by_tx() == tx.acked()
         assert sp.stop() == 0
     assert [r["url"] for r in sp.logged("ship.sink")] == [vec.url]

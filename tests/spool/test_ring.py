@@ -14,12 +14,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from spool.reader import iter_records, read_stats
 from spool.record import DATA_START, HDR, SLOT_SIZE
 from spool.ring import RecordTooLarge, SpoolIOError, SpoolRing
+from tests.fuzzing import fuzz
 
 SMALL = 64 * 1024
 REPO = Path(__file__).resolve().parents[2]
@@ -474,7 +475,7 @@ def _check(records: list[tuple[int, bytes]], written: dict[int, bytes]) -> None:
         assert written.get(seq) == payload
 
 
-@settings(max_examples=int(os.environ.get("SPOOL_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(150)
 @given(flips=st.lists(st.tuples(_offsets, st.integers(1, 255)), max_size=6),
        splice=st.none() | st.tuples(_offsets, st.binary(min_size=1, max_size=96)),
        truncate=st.none() | st.integers(0, SMALL))
@@ -521,8 +522,7 @@ _ops = st.lists(st.one_of(
 ), max_size=40)
 
 
-@settings(max_examples=int(os.environ.get("SPOOL_FUZZ_EXAMPLES", "60")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@fuzz(60)
 @given(ops=_ops, chunk=st.sampled_from([4096, 256 * 1024]))
 def test_ring_matches_a_simple_model_through_appends_releases_drops_and_reopens(
         ops: list[tuple[str, object]], chunk: int) -> None:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import pytest
 import ujson
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from common.notice import Notice, Rejected, derived_id, notice_from_dict, parse_relay_payload, relay_subjects
 from common.timefmt import format_rfc3339, parse_rfc3339
+from tests.fuzzing import fuzz
 
 GOOD = {"v": 1, "id": "n-1", "kind": "reclaim", "node": "node-a", "instance_id": "i-1",
         "issued_at": "2026-11-29T12:00:00Z", "deadline": "2026-11-29T12:02:00Z", "source": "aws"}
@@ -71,7 +72,7 @@ def test_rfc3339_offsets_and_fractions():
     assert format_rfc3339(parse_rfc3339("2026-11-29T12:00:00.250Z")) == "2026-11-29T12:00:00.250Z"
 
 
-@settings(max_examples=300, derandomize=True, deadline=None)
+@fuzz(300)
 @given(st.binary(max_size=2000))
 def test_fuzz_bytes_never_crash(raw):
     """Any bytes: a Notice or a Rejected with a reason, nothing else."""
@@ -86,7 +87,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                            max_leaves=10)
 
 
-@settings(max_examples=300, derandomize=True, deadline=None)
+@fuzz(300)
 @given(st.dictionaries(st.sampled_from(list(GOOD) + ["x"]), json_values, max_size=10))
 def test_fuzz_shapes_never_crash(doc):
     try:

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import ujson
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from common.notice import Notice
+from tests.fuzzing import fuzz
 from verifier import core
 from verifier.judge import PROGRESS_GRACE_S
 
@@ -199,7 +200,7 @@ FIELDS = st.fixed_dictionaries({}, optional={"state": JSON, "phase": JSON, "rema
                                                  ["cordoned", "node_empty", "evicted", "x"]), JSON) | JSON})
 
 
-@settings(max_examples=200, deadline=None)
+@fuzz(200)
 @given(raw=st.dictionaries(st.sampled_from(["n1", "other"]), FIELDS | JSON, max_size=2), t=st.floats(0, 400))
 def test_any_progress_message_is_judged_without_a_crash(raw, t):
     """Whatever the executor publishes, the verifier keeps its clock and never raises."""

@@ -6,16 +6,17 @@ import io
 import pytest
 import ujson
 import zmq
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from common.log import Logger
+from tests.fuzzing import fuzz
 from tests.watcher.conftest import make_config
 from watcher.__main__ import Watcher
 from watcher.nats_creds import CredsError, decode_user_seed
 from watcher.providers import MetadataError, aws, azure, gcp, sco
 
-FUZZ = settings(max_examples=150, derandomize=True, deadline=None)
+FUZZ = fuzz(150)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=5),

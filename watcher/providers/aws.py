@@ -23,6 +23,7 @@ and a 401 drops it. IMDSv1 (no token) only when configured: it is an SSRF risk.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,6 +50,7 @@ SPOT_LEAD_S = 120.0
 TOKEN_RENEW_MARGIN_S = 60.0
 MAX_EVENTS = 100
 _MAX_TEXT = 256
+_TOKEN = re.compile(r"^[!-~]{1,1024}$")   # visible ASCII: IMDS tokens are base64
 
 
 def parse_instance_action(body: bytes, node: str, instance_id: str, now: float) -> Notice:
@@ -193,7 +195,9 @@ class Source(BaseSource):
                 return ""
             raise MetadataError(e.reason, f"token: {e.detail}") from None
         token = resp.body.decode("ascii", "replace").strip()
-        if resp.status != 200 or not token or len(token) > 1024:
+        # It goes back in a header of every GET: a line break or a non-ASCII character would make
+        # each of them fail inside http.client for the token's whole life (up to 6 hours).
+        if resp.status != 200 or not _TOKEN.match(token):
             if self.allow_v1:
                 return ""
             raise MetadataError(http_reason(resp.status) if resp.status != 200 else "bad_body",
@@ -207,7 +211,7 @@ class Source(BaseSource):
 def _granted_ttl(header: str, asked: int) -> float:
     """The TTL AWS granted (it may shorten it); what we asked for when the header is absent or odd."""
     header = header.strip()
-    if header.isdigit() and 1 <= int(header) <= asked:
+    if header.isascii() and header.isdigit() and 1 <= int(header) <= asked:
         return float(header)
     return float(asked)
 

@@ -1,0 +1,292 @@
+"""Garbage on the ZeroMQ sockets between the processes: every receiver counts it, none crashes.
+
+The runtime directory is 0700, so only the agent's own user can reach the
+sockets; these properties are for the case where something did get in (a
+squatter bound to a PUB path, a buggy peer, a half-upgraded node). Each
+receiver's real handler is fed random frames through a stand-in socket, then
+the process's next steps run on whatever was accepted -- a message that passes
+validation must not crash the work it feeds (the executor's drain start, the
+verifier's judge, the watcher's acknowledgements).
+"""
+from __future__ import annotations
+
+import io
+
+import pytest
+import zmq
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from common import ipc
+from common.config import build
+from common.log import Logger
+from common.runtime import SpoolLink
+from executor import escalation
+from executor.__main__ import Executor
+from spool.intake import Intake, Rejected, parse_event
+from tests.fuzzing import fuzz, json_bytes, json_scalars, json_values, near, times
+from verifier.__main__ import Verifier
+from watcher.__main__ import Watcher
+
+NODE = "node-a"
+# Times a hostile peer might send: edges of the calendar and of the format.
+TIMES = times | st.sampled_from(["2026-11-29T12:00:00Z", "2026-11-29T12:00:00.5+01:00", "9999-12-31T23:59:59-23:59",
+                         "0001-01-01T00:00:00+23:59", "0001-01-01T00:00:00Z", "1970-01-01T00:00:00Z",
+                         "2026-02-30T00:00:00Z", "", "now"])
+ODD_NUMBERS = st.sampled_from(["inf", "-inf", "nan", "1e400", 1e308, -1e308, 0, -1, 2**63]) | json_scalars
+GOOD_NOTICE = {"id": "n1", "kind": "reclaim", "node": NODE, "instance_id": "i-1", "issued_at": "2026-11-29T12:00:00Z",
+               "deadline": "2026-11-29T12:02:00Z", "source": "aws", "channel": "relay", "received_at": 1.8e9,
+               "detail": "terminate"}
+HOSTILE = {"id": st.text(min_size=1, max_size=8) | json_scalars,
+           "kind": st.sampled_from(["rebalance", "maintenance", "cancel", "x"]) | json_scalars,
+           "node": st.sampled_from(["*", "node-b"]) | json_scalars,
+           "issued_at": TIMES | json_scalars, "deadline": TIMES | json_scalars, "received_at": ODD_NUMBERS,
+           "channel": st.sampled_from(["metadata", "local", "x"]) | json_scalars,
+           "instance_id": json_scalars, "source": json_scalars, "detail": json_scalars}
+
+
+def mutated(good: dict, hostile: dict[str, st.SearchStrategy]) -> st.SearchStrategy[dict]:
+    """A valid record with one or two fields replaced by something hostile, or left out."""
+    missing = object()
+
+    def apply(changes: dict) -> dict:
+        out = {**good, **changes}
+        return {k: v for k, v in out.items() if v is not missing}
+
+    keys = st.lists(st.sampled_from(sorted(hostile)), min_size=1, max_size=2, unique=True)
+    return keys.flatmap(lambda ks: st.fixed_dictionaries(
+        {k: hostile[k] | st.just(missing) for k in ks})).map(apply)
+
+
+notice_dicts = mutated(GOOD_NOTICE, HOSTILE) | near(sorted(GOOD_NOTICE)) | json_values
+notice_bodies = st.fixed_dictionaries({}, optional={
+    "gen": json_scalars, "active": st.lists(notice_dicts, max_size=3) | json_values,
+    "withdrawn": st.lists(st.text(max_size=8) | json_scalars, max_size=3) | json_values,
+    "arrivals": st.dictionaries(st.text(max_size=8), st.dictionaries(
+        st.sampled_from(["relay", "metadata", "local", "x"]), ODD_NUMBERS, max_size=3) | json_values, max_size=3),
+    "counters": st.dictionaries(st.sampled_from(["rejected.bad_json", "contract.rejected.x", "x", "rejected."]),
+                                json_scalars, max_size=3) | json_values,
+    "started_at": ODD_NUMBERS})
+contract_bodies = st.fixed_dictionaries({}, optional={
+    "source": st.sampled_from(["bundle", "launch", "builtin", "x"]) | json_scalars,
+    "contract": near(["serial", "hall", "issued_at", "drain", "taint_key", "kinds", "slurm", "sink_url",
+                      "pdb_blocked", "node_class"]) | json_values})
+progress_records = st.fixed_dictionaries({}, optional={
+    "state": st.sampled_from(["running", "done", "cordoned_only"]) | json_scalars, "kind": json_scalars,
+    "steps": st.dictionaries(st.sampled_from(["cordoned", "node_empty", "x"]), ODD_NUMBERS, max_size=3),
+    "remaining": st.lists(st.text(max_size=6), max_size=3) | json_values, "phase": json_scalars,
+    "acks": st.dictionaries(st.text(max_size=5), json_values, max_size=2)}) | json_values
+progress_bodies = st.fixed_dictionaries({}, optional={
+    "notices": st.dictionaries(st.text(max_size=8), progress_records, max_size=3) | json_values})
+escalate_bodies = st.fixed_dictionaries({}, optional={
+    "notices": st.dictionaries(st.text(max_size=8), st.fixed_dictionaries(
+        {"level": st.sampled_from(["checkpoint_over", "evict_over", "final", "x"]) | json_scalars},
+        optional={"since": ODD_NUMBERS}) | json_values, max_size=3) | json_values})
+ack_bodies = st.fixed_dictionaries({}, optional={"ids": st.lists(st.text(max_size=8) | json_scalars, max_size=4)
+                                                | json_values})
+
+
+def topic_and(topic: bytes, bodies: st.SearchStrategy) -> st.SearchStrategy[list[bytes]]:
+    return json_bytes(bodies).map(lambda b: [topic, b])
+
+
+def frames(*shaped: st.SearchStrategy[list[bytes]]) -> st.SearchStrategy[list[bytes]]:
+    """Well-shaped messages of the right topic, plus anything at all on the wire."""
+    topics = st.sampled_from(sorted(ipc.TOPICS)) | st.binary(max_size=12)
+    anything = st.lists(st.binary(max_size=60), max_size=4)
+    wrong_topic = st.tuples(topics, json_bytes() | st.binary(max_size=60)).map(list)
+    return st.one_of(*shaped, anything, wrong_topic)
+
+
+class Feed:
+    """A stand-in for a SUB/DEALER socket: hands out the queued messages, then zmq.Again."""
+
+    def __init__(self, messages: list[list[bytes]]) -> None:
+        self.messages = list(messages)
+        self.sent: list[list[bytes]] = []
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        self.sent.append(frames)
+
+    def recv_multipart(self, flags: int = 0) -> list[bytes]:
+        if not self.messages:
+            raise zmq.Again()
+        return self.messages.pop(0)
+
+
+def quiet() -> Logger:
+    return Logger("fuzz", stream=io.StringIO())
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ipc")
+    config = build({"node": {"name": NODE, "hall": "h1", "scheduler": "none"}, "spool": {"size_mb": 1},
+                    "paths": {"runtime_dir": str(base / "run"), "state_dir": str(base / "state")},
+                    "agent_socket": {"path": str(base / "run" / "agent.sock")},
+                    "metadata": {"provider": "none"}, "relay": {"servers": []},
+                    "contract": {"trust_dir": str(base / "trust"), "launch_path": str(base / "none.json")}})
+    ipc.ensure_runtime_dir(config.paths.runtime_dir)
+    ctx = zmq.Context()
+    yield config, ctx
+    ctx.destroy(linger=0)
+
+
+@pytest.fixture(scope="module")
+def executor(runtime):
+    config, ctx = runtime
+    ex = Executor(config, quiet(), ctx)
+    yield ex
+    if ex.clients is not None:
+        ex.clients.close()
+
+
+@pytest.fixture(scope="module")
+def verifier(runtime):
+    config, ctx = runtime
+    return Verifier(config, quiet(), ctx)
+
+
+@pytest.fixture(scope="module")
+def watcher(runtime):
+    config, ctx = runtime
+    return Watcher(config, quiet(), ctx)
+
+
+def _notice_state(**changes: object) -> list[list[bytes]]:
+    return [ipc.encode(ipc.T_NOTICE, {"active": [{**GOOD_NOTICE, **changes}, GOOD_NOTICE | {"id": "n2"}]})]
+
+
+@fuzz(150)
+@given(st.lists(frames(topic_and(ipc.T_NOTICE, notice_bodies), topic_and(ipc.T_CONTRACT, contract_bodies)),
+                min_size=1, max_size=3))
+# Found by this property: a deadline that parses but cannot be formatted again, and a
+# received_at of inf or NaN, each crashed the executor at the drain's first step.
+@example(_notice_state(deadline="9999-12-31T23:59:59-23:59"))
+@example(_notice_state(deadline="0001-01-01T00:00:00+23:59"))
+@example(_notice_state(received_at="inf"))
+@example(_notice_state(received_at="nan"))
+def test_executor_watcher_feed(executor, messages):
+    """Notice state and contracts from 'the watcher': each message counted or applied, and the drain
+    work that follows (drain start, telling clients, publishing) runs on whatever was applied."""
+    executor.progress, executor.active, executor.withdrawn = {}, {}, set()
+    executor.contract_heard = True   # as after the real watcher's first announcement
+    before = executor.bad_messages
+    executor.sub = Feed(messages)
+    executor.on_sub_readable()
+    executor.work(1.8e9)
+    executor.publish()
+    assert executor.bad_messages >= before
+    for n in executor.active.values():   # what was applied is a notice every step can use
+        assert n.to_dict()["deadline"] and n.node in (NODE, "*")
+
+
+@fuzz(100)
+@given(st.lists(frames(topic_and(ipc.T_ESCALATE, escalate_bodies)), min_size=1, max_size=3))
+def test_executor_verifier_feed(executor, messages):
+    executor.escalate_sub = Feed(messages)
+    executor.on_escalate_readable()
+    assert all(level in escalation.LEVELS for level in executor.escalated.values())
+
+
+@fuzz(150)
+@given(st.lists(frames(topic_and(ipc.T_NOTICE, notice_bodies), topic_and(ipc.T_CONTRACT, contract_bodies),
+                       topic_and(ipc.T_PROGRESS, progress_bodies)), min_size=1, max_size=4))
+def test_verifier_feeds(verifier, messages):
+    """Whatever 'the watcher' and 'the executor' say: counted or applied; judging, publishing and
+    the metrics text then run on it."""
+    verifier.started = 0.0
+    before = verifier.bad_messages
+    verifier.on_readable(Feed(messages))
+    verifier.check(1.8e9)
+    verifier.publish()
+    from verifier import metrics
+
+    metrics.render(verifier.state["metrics"], {})
+    assert verifier.bad_messages >= before
+
+
+@fuzz(100)
+@given(st.lists(frames(topic_and(ipc.T_PROGRESS, progress_bodies)), min_size=1, max_size=3))
+def test_watcher_executor_feed(watcher, messages):
+    before = watcher.counters.get("ipc.rejected", 0) + sum(
+        v for k, v in watcher.counters.items() if k.startswith("ipc.rejected."))
+    watcher.progress_sub = Feed(messages)
+    watcher.on_progress_readable()
+    watcher.take_drained()
+    after = watcher.counters.get("ipc.rejected", 0) + sum(
+        v for k, v in watcher.counters.items() if k.startswith("ipc.rejected."))
+    assert before <= after <= before + len(messages)
+
+
+@fuzz(100)
+@given(st.lists(frames(topic_and(ipc.T_ACK, ack_bodies)), min_size=1, max_size=3))
+def test_spool_link_acks(runtime, messages):
+    """Whatever comes back on a process's spool link: counted, or ids acknowledged; never a crash."""
+    config, ctx = runtime
+    link = SpoolLink(ctx, config, "fuzz", quiet())
+    ev = link.emit("notice.rejected")
+    link.sock.close()
+    link.sock = Feed(messages)
+    link.on_readable()
+    assert link.bad_acks <= len(messages)
+    # Left unacknowledged: the event sent, and the link's own reports of what it refused.
+    assert {e["type"] for eid, (_, e) in link.outbox.pending.items() if eid != ev["event_id"]} <= {"ipc.rejected"}
+
+
+@pytest.fixture(scope="module")
+def spool(runtime):
+    from spool.__main__ import Spool
+
+    config, ctx = runtime
+    sp = Spool(config, quiet(), ctx)
+    yield sp
+    if sp.shipper is not None:   # a contract naming a sink started one
+        sp.shipper.stop()
+    sp.store.close()
+
+
+@fuzz(100)
+@given(st.lists(frames(topic_and(ipc.T_CONTRACT, contract_bodies)), min_size=1, max_size=3))
+def test_spool_watcher_feed(spool, messages):
+    """The spool hears the contract (for its sink URL) on watcher.pub: counted, or the sink set."""
+    before = spool.rejected
+    spool.sub = Feed(messages)
+    spool.on_contract()
+    assert before <= spool.rejected <= before + len(messages)
+    assert spool.sink is None or spool.sink.startswith(("http://", "https://"))
+
+
+intake_messages = st.tuples(st.binary(max_size=8), st.sampled_from([ipc.T_EVENT, ipc.T_ACK, b"x"]),
+                            json_bytes(near(["event_id", "type", "seq", "ts", "data", "notice_id"])
+                                       | json_values) | st.binary(max_size=80)).map(list) | \
+    st.lists(st.binary(max_size=40), max_size=4)
+
+
+@fuzz(300)
+@given(st.lists(intake_messages, min_size=1, max_size=5))
+def test_spool_intake_from_a_foreign_writer(messages):
+    """The spool ROUTER, fed anything: a storable one-line JSON event, or a Rejected; the intake
+    then holds at most what it accepted."""
+    intake = Intake()
+    accepted = 0
+    for frames_ in messages:
+        try:
+            sender, event_id, payload = parse_event(frames_)
+        except Rejected as e:
+            assert str(e)
+            continue
+        assert b"\n" not in payload and len(payload) <= 65535
+        intake.offer(sender, event_id, payload)
+        accepted += 1
+    assert len(intake.held) <= accepted
+
+
+def test_decode_refuses_with_a_reason():
+    """Each kind of garbage gets its own bounded reason (a counter label)."""
+    cases = {"frames": [b"notice"], "topic": [b"nope", b"{}"], "too_large": [b"notice", b" " * (ipc.MAX_MESSAGE + 1)],
+             "bad_json": [b"notice", b"{"], "not_object": [b"notice", b"[]"]}
+    for reason, message in cases.items():
+        with pytest.raises(ipc.BadMessage) as e:
+            ipc.decode(message)
+        assert e.value.reason == reason
