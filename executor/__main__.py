@@ -269,8 +269,10 @@ class Executor:
                 "taint_key": self.contract.taint_key, "policy": self._policy(n.kind),
                 "budget": {"budget_s": drain.budget_s, "checkpoint_s": drain.checkpoint_s,
                            "evict_s": drain.evict_s, "margin_s": drain.margin_s}}, self.contract)
-            self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
+            # Saved before it is announced: an executor killed in between must not start (and
+            # announce) the same drain again.
             self._save()
+            self.spool.emit("drain.started", n.id, {"kind": n.kind, "policy": self._policy(n.kind)}, now)
         if rec["state"] != "running":
             return
         if self.slurm is not None:

@@ -125,7 +125,9 @@ class KubeDriver:
             if runner.alive:
                 return
             del self.runners[notice_id]
-        if notice_id not in self.withdrawals or not self.withdrawals[notice_id].alive:
+        prior = self.withdrawals.get(notice_id)
+        # A runner that succeeded has reported; the loop applies that (state withdrawn) on its next turn.
+        if prior is None or not (prior.alive or prior.succeeded):
             self.withdrawals[notice_id] = WithdrawRunner(notice_id, rec["taint_key"], self.make_api,
                                                          self._report, self.config.executor.dry_run).start()
 

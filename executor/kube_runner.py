@@ -360,6 +360,8 @@ class WithdrawRunner:
                  report: Callable[[Report], None], dry_run: bool = False) -> None:
         self.notice_id, self.taint_key, self.dry_run = notice_id, taint_key, dry_run
         self._make_api, self._report = make_api, report
+        # Set before the reports go out: the loop may see the thread gone before it has read them.
+        self.succeeded = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"withdraw-{notice_id[:16]}", daemon=True)
 
@@ -384,6 +386,7 @@ class WithdrawRunner:
                         self._report(Report(self.notice_id, "log", "drain.dry_run", data={"action": "uncordon"}))
                     else:
                         kube_drain.uncordon(api, self.taint_key, self.notice_id)
+                    self.succeeded = True
                     self._report(Report(self.notice_id, "step", "uncordoned", "drain.uncordoned"))
                     self._report(Report(self.notice_id, "state", "withdrawn"))
                     return

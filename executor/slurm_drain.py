@@ -134,6 +134,8 @@ class SlurmDrain:
                 return  # kept until the controller answers: the DRAIN may still be there
             node = self.cli.node_info(self.node)
             action = undo_action(node, other_notices)
+            if action == "wait":
+                return  # asked again in DOWN_POLL_S
             if action == "resume":
                 self._act(nid, "resume", lambda: self.cli.resume(self.node), now)
                 node = self.cli.node_info(self.node)

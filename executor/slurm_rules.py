@@ -106,7 +106,14 @@ def remaining(active: list[int], node_state: str) -> list[str]:
 
 
 def undo_action(node: NodeInfo, other_notices: bool) -> str:
-    """On a withdrawn notice: RESUME only the agent's own drain, and only if no other notice needs it."""
+    """On a withdrawn notice: RESUME only the agent's own drain, and only if no other notice needs it.
+
+    ``wait`` while the node is UNKNOWN (a restarted slurmctld has not heard slurmd yet): Slurm then
+    answers a RESUME with "Invalid node state specified" yet clears the DRAIN all the same, so the
+    agent would record an error and, a round later, "not_drained" for a drain it did undo.
+    """
+    if "UNKNOWN" in node.flags:
+        return "wait"
     if not node.drain_set:
         return "not_drained"
     if not is_agent_reason(node.reason):

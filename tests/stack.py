@@ -34,7 +34,8 @@ HALL = "h1"
 class Stack:
     def __init__(self, base: str, *, provider: str = "aws", scheduler: str = "kubernetes",
                  vector: bool = False, poll_interval_s: float = 0.5, contract: dict[str, Any] | None = None,
-                 settings: dict[str, dict[str, Any]] | None = None) -> None:
+                 settings: dict[str, dict[str, Any]] | None = None,
+                 contract_extra: dict[str, Any] | None = None) -> None:
         self.base = str(base)
         self.provider = provider
         self.scheduler = scheduler
@@ -42,6 +43,7 @@ class Stack:
         self.poll_interval_s = poll_interval_s
         self.extra = settings or {}
         self.contract = contract
+        self.contract_extra = contract_extra or {}   # more top-level contract sections (e.g. "slurm")
         self._exit = ExitStack()
         self.nats: NatsServer | None = None
         self.meta: Any = None
@@ -89,7 +91,7 @@ class Stack:
             settings.setdefault(section, {}).update(table)
         os.makedirs(os.path.join(self.base, "trust"), mode=0o755, exist_ok=True)
         if self.contract is not None:
-            self.write_launch_contract(self.contract)
+            self.write_launch_contract(self.contract, extra=self.contract_extra)
         self.agent = AgentRig(os.path.join(self.base, "agent"), settings)
         self._exit.callback(self.agent.stop)
         self.agent.start()
@@ -97,7 +99,8 @@ class Stack:
         # (in production the metadata poll covers that window). Tests publish after it.
         wait_for(lambda: "relay.connected" in self.agent.log("watcher"), 20, "the watcher's relay subscription")
 
-    def write_launch_contract(self, drain: dict[str, Any], serial: int = 1) -> str:
+    def write_launch_contract(self, drain: dict[str, Any], serial: int = 1,
+                              extra: dict[str, Any] | None = None) -> str:
         """Sign a launch contract with a fresh key, as cloud-init would place it (trust dir + launch file)."""
         return self.sign_bundle(drain, serial, os.path.join(self.base, "contract-launch.json"))
 
@@ -113,7 +116,7 @@ class Stack:
             with open(os.path.join(keys, "hall.pub"), "rb") as src, open(os.path.join(trust, "hall.pub"), "wb") as dst:
                 dst.write(src.read())
         payload = {"serial": serial, "hall": HALL, "node_class": "*", "issued_at": format_rfc3339(time.time()),
-                   "drain": drain}
+                   "drain": drain, **(extra or {})}
         payload_path = os.path.join(keys, f"payload-{serial}.json")
         with open(payload_path, "w") as f:
             f.write(ujson.dumps(payload))

@@ -28,6 +28,10 @@ from common.runtime import Rejections, SpoolLink, StopFlag, start
 from verifier import core, metrics
 
 STATE_FILE = "verdicts.json"
+# Where the state goes while the state dir refuses writes (a full disk): the runtime dir is another
+# filesystem (tmpfs) and outlives a restart of the verifier, so a verdict announced while the disk
+# was full is still known to the next verifier, which would otherwise judge the notice again.
+FALLBACK_FILE = "verdicts.json"
 PUBLISH_EVERY_S = 1.0
 # After a start, judge once the watcher, the contract and the executor have all
 # been heard -- or after this long without them (each re-announces every second),
@@ -46,6 +50,8 @@ class Verifier:
         self.spool = SpoolLink(ctx, config, "verifier", log)
         os.makedirs(config.paths.state_dir, exist_ok=True)
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
+        self.fallback_path = os.path.join(rd, FALLBACK_FILE)
+        self.save_failing = os.path.exists(self.fallback_path)   # removed at the next good save
         self.state = core.normalize(self._load())
         self.started = time.time()
         self.heard: set[bytes] = set()
@@ -69,21 +75,42 @@ class Verifier:
 
     # -- persistence ----------------------------------------------------------------
     def _load(self) -> Any:
+        """The newer (by generation) of the state file and its fallback copy, if either is readable."""
+        docs = [d for d in (self._read(self.state_path), self._read(self.fallback_path)) if isinstance(d, dict)]
+        return max(docs, key=lambda d: core.as_number(d.get("generation")), default=None)
+
+    def _read(self, path: str) -> Any:
         try:
-            with open(self.state_path, "rb") as f:
+            with open(path, "rb") as f:
                 return ujson.loads(f.read(8 << 20))
         except FileNotFoundError:
             return None
         except (ValueError, OSError) as e:
-            self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
+            self.log.error("state.corrupt", path=path, error=str(e)[:300])
             return None
 
     def _save(self) -> None:
+        self.state["generation"] += 1
+        data = ujson.dumps(self.state).encode()
         try:
-            write_atomic(self.state_path, ujson.dumps(self.state).encode())
+            write_atomic(self.state_path, data)
         except OSError as e:
-            # Announce anyway: a verdict the state dir could not keep is still a verdict.
-            self.log.error("state.write_failed", path=self.state_path, error=str(e)[:300])
+            if not self.save_failing:
+                self.log.error("state.write_failed", path=self.state_path, error=str(e)[:300])
+            self.save_failing = True
+            try:
+                write_atomic(self.fallback_path, data)
+            except OSError as e2:
+                # Announce anyway: a verdict no disk could keep is still a verdict.
+                self.log.error("state.write_failed", path=self.fallback_path, error=str(e2)[:300])
+            return
+        if self.save_failing:
+            self.save_failing = False
+            self.log.info("state.write_recovered", path=self.state_path)
+            try:
+                os.unlink(self.fallback_path)
+            except OSError:
+                pass   # a stale copy is harmless: its generation is lower
 
     # -- inputs ---------------------------------------------------------------------
     def on_readable(self, sock: zmq.Socket) -> None:

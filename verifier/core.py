@@ -86,7 +86,8 @@ def clean_progress(raw: Any) -> dict[str, dict[str, Any]]:
 
 
 def new_state() -> dict[str, Any]:
-    return {"version": STATE_VERSION, "clocks": {}, "verdicts": {}, "escalated": {},
+    # generation: bumped by every save, so the newer of two copies of the state wins (verifier/__main__.py).
+    return {"version": STATE_VERSION, "generation": 0, "clocks": {}, "verdicts": {}, "escalated": {},
             "metrics": metrics.empty(), "rejections_seen": {}, "unacked": {}}
 
 

@@ -138,8 +138,10 @@ class Watcher:
         self.count(f"{outcome.action}.{notice.channel}")
         if outcome.reason:
             self.count(f"ignored.reason.{outcome.reason}")
-        self._report(outcome, now)
+        # Persist (and announce) before the event: a watcher killed in between would otherwise learn
+        # the notice again from the metadata poll and report it received a second time.
         self._after_change(gen)
+        self._report(outcome, now)
         return outcome
 
     def withdraw(self, notice_id: str, channel: str, now: float) -> None:
@@ -147,8 +149,8 @@ class Watcher:
         outcome = self.book.withdraw(notice_id, now)
         if outcome is not None:
             self.count(f"withdrawn.{channel}")
-            self._report(outcome, now)
             self._after_change(gen)
+            self._report(outcome, now)
 
     def _after_change(self, gen: int) -> None:
         # Persist before announcing: a watcher killed in between still knows what it announced.

@@ -108,3 +108,13 @@ def test_resume_only_the_agents_own_drain():
     assert undo_action(node("IDLE+DRAIN", "disk swap (ops)"), other_notices=False) == "kept_operator_drain"
     assert undo_action(node("IDLE+DRAIN", ours), other_notices=True) == "kept_for_other_notice"
     assert undo_action(node("IDLE"), other_notices=False) == "not_drained"
+
+
+def test_no_resume_until_a_restarted_controller_has_heard_slurmd():
+    """Found by the chaos run: right after a slurmctld restart the node is UNKNOWN+DRAIN; a RESUME then
+    fails ("Invalid node state specified") but clears the DRAIN, so the undo was recorded as an error
+    followed by "not_drained". The undo waits for the node to report in, then resumes."""
+    ours = "sco-agent notice n1 reclaim deadline 2026-11-29T12:00:00Z"
+    assert undo_action(node("UNKNOWN+DRAIN", ours), other_notices=False) == "wait"
+    assert undo_action(node("UNKNOWN", ""), other_notices=False) == "wait"
+    assert undo_action(node("DOWN+DRAIN", ours), other_notices=False) == "resume"

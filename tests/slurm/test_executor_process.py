@@ -5,6 +5,8 @@ with the watcher, spool and verifier played by tests.slurm.process.ExecutorHarne
 """
 from __future__ import annotations
 
+import time
+
 import ujson
 
 from tests.procutil import wait_for
@@ -62,4 +64,31 @@ def test_executor_resumes_its_own_drain_when_the_notice_is_withdrawn(rig):
         undone = h.wait_event("drain.uncordoned", n["id"])
         wait_for(lambda: h.record(n["id"]).get("state") == "withdrawn", 10, "progress says withdrawn")
     assert undone["data"]["action"] == "resume"
+    rig.wait_node_state("idle")
+
+
+def test_withdrawal_waits_for_a_restarted_controller_to_hear_slurmd_before_resuming(rig):
+    """Found by the chaos run: withdrawn right after a slurmctld restart, the node UNKNOWN+DRAIN; Slurm
+    refuses that RESUME ("Invalid node state specified") yet clears the DRAIN, so the agent recorded
+    drain.error and then action "not_drained". Now it waits until slurmd has reported in, then resumes."""
+    with ExecutorHarness(rig, DRAIN, SLURM) as h:
+        h.start()
+        n = h.announce()
+        h.wait_event("drain.node_empty", n["id"])
+        rig.stop_slurmd()
+        try:
+            rig.stop_controller()
+            rig.start_controller()   # slurmd is not there to report in: the node stays UNKNOWN+DRAIN
+            assert "UNKNOWN" in rig.node_info()["State"] and "DRAIN" in rig.node_info()["State"]
+            h.withdraw(n["id"])
+            # A few undo rounds (one a second) while the node is UNKNOWN: nothing tried, nothing reported.
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                assert not h.events_of("drain.uncordoned", n["id"]) and not h.events_of("drain.error", n["id"])
+                time.sleep(0.2)
+        finally:
+            rig.start_slurmd()
+        undone = h.wait_event("drain.uncordoned", n["id"], timeout=60)
+    assert undone["data"]["action"] == "resume"
+    assert h.events_of("drain.error", n["id"]) == []
     rig.wait_node_state("idle")

@@ -12,6 +12,7 @@ import zmq
 from common import ipc
 from common.config import load
 from common.log import Logger
+from common.notice import notice_from_dict
 from tests.agent_rig import write_config
 from tests.procutil import wait_for
 from tests.verifier.rig import notice_dict
@@ -108,5 +109,63 @@ def test_damaged_state_file_does_not_stop_the_verifier(tmp_path):
         assert list(v.state["verdicts"]) == ["n0"] and v.state["clocks"] == {}
         assert list(v.state["unacked"]) == ["e1"] and list(v.spool.outbox.pending) == ["e1"]
         v.publish()   # a verdict with an unreadable time still goes out
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_restart(tmp_path, monkeypatch):
+    """Found by the chaos run: the state dir refused the write (ENOSPC), the verdict went out anyway,
+    the verifier was killed, and its successor -- reading the old state file -- judged the notice
+    again (a second drain.done). The state now falls back to the runtime dir, and the newer copy wins."""
+    import errno
+
+    import verifier.__main__ as shell_module
+
+    run_dir, state_dir = str(tmp_path / "run"), str(tmp_path / "state")
+    ipc.ensure_runtime_dir(run_dir)
+    path = str(tmp_path / "agent.toml")
+    write_config(path, {"node": {"name": "node-a"}, "paths": {"runtime_dir": run_dir, "state_dir": state_dir}})
+    real_write = shell_module.write_atomic
+
+    def full_disk(target, data, *a, **kw):
+        if target.startswith(state_dir):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(target, data, *a, **kw)
+
+    now = time.time()
+    notice = notice_dict("n1", now + 30)
+
+    def judge(v: Verifier, at: float) -> list[str]:
+        sent = []
+        monkeypatch.setattr(ipc, "send", lambda sock, topic, body: sent.append(body.get("type")) or True)
+        v.active = {"n1": notice_from_dict(notice)}
+        v.heard |= {ipc.T_NOTICE, ipc.T_CONTRACT, ipc.T_PROGRESS}
+        v.contract = {"drain": {"margin_s": 1, "checkpoint_s": 1, "evict_s": 1}}
+        v.progress, v.progress_at = {"n1": {"steps": {"cordoned": now, "node_empty": now}, "remaining": []}}, at
+        v.check(at)
+        monkeypatch.undo()
+        return [t for t in sent if t in ("drain.done", "drain.overrun")]
+
+    ctx = zmq.Context()
+    try:
+        Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)._save()   # an older good state
+        first = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
+        monkeypatch.setattr(shell_module, "write_atomic", full_disk)
+        assert judge(first, now + 1) == ["drain.done"]
+        monkeypatch.undo()
+        # SIGKILL here, the disk still full: the next verifier must know the verdict.
+        monkeypatch.setattr(shell_module, "write_atomic", full_disk)
+        second = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
+        assert second.state["verdicts"]["n1"]["outcome"] == "done"
+        assert judge(second, now + 2) == []
+        monkeypatch.undo()
+        # The disk is back: the next save goes to the state dir and the fallback copy is removed.
+        out = io.StringIO()
+        third = Verifier(load(path), Logger("verifier", stream=out), ctx)
+        assert judge(third, now + 3) == [] and third.state["verdicts"]["n1"]["outcome"] == "done"
+        third._save()
+        assert not os.path.exists(third.fallback_path) and "state.write_recovered" in out.getvalue()
+        fourth = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
+        assert fourth.state["verdicts"]["n1"]["outcome"] == "done"
     finally:
         ctx.destroy(linger=0)
