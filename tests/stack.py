@@ -102,9 +102,10 @@ class Stack:
     def write_launch_contract(self, drain: dict[str, Any], serial: int = 1,
                               extra: dict[str, Any] | None = None) -> str:
         """Sign a launch contract with a fresh key, as cloud-init would place it (trust dir + launch file)."""
-        return self.sign_bundle(drain, serial, os.path.join(self.base, "contract-launch.json"))
+        return self.sign_bundle(drain, serial, os.path.join(self.base, "contract-launch.json"), extra)
 
-    def sign_bundle(self, drain: dict[str, Any], serial: int, out: str) -> str:
+    def sign_bundle(self, drain: dict[str, Any], serial: int, out: str,
+                    extra: dict[str, Any] | None = None) -> str:
         """A bundle signed with the hall key (made, and trusted, on first use) -- the operator's CLI does it."""
         from watcher.contract_cli import main as contract_cli
 
