@@ -14,7 +14,13 @@ from typing import Any
 
 import ujson
 
-from common.timefmt import format_rfc3339, parse_rfc3339
+from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339, parse_rfc3339
+
+# A notice's times keep a day's room inside what common.timefmt can write (years 0001..9999),
+# so every time computed from one -- a cutoff, a checkpoint_by: the deadline less a budget of
+# at most an hour -- can be written and read back too. A deadline long past is still a notice
+# (late is better than never): it drains at once.
+ROOM_S = 86400.0
 
 KINDS = ("reclaim", "rebalance", "maintenance", "cancel")
 CHANNELS = ("relay", "metadata", "local")
@@ -47,19 +53,28 @@ class Notice:
         return replace(self, channel=channel, received_at=received_at)
 
 
+def notice_time(epoch: float, what: str = "time") -> float:
+    """``epoch`` if a notice may carry it (a day inside years 0001..9999 UTC), else ValueError."""
+    if not MIN_EPOCH + ROOM_S <= epoch < MAX_EPOCH - ROOM_S:
+        raise ValueError(f"{what} ({epoch:.0f} s after the epoch) is within a day of the years 0001..9999")
+    return epoch
+
+
 def notice_from_dict(d: dict[str, Any]) -> Notice:
     """Inverse of ``Notice.to_dict`` (for state files and IPC); ValueError on bad data."""
     if not isinstance(d, dict):
         raise ValueError(f"bad notice record: not an object ({type(d).__name__})")  # noqa: TRY004 -- one error type for every bad record
     try:
         received_at = float(d.get("received_at", 0.0))
-        # inf or NaN here would poison every duration computed from it (round() raises).
-        if not math.isfinite(received_at):
-            raise ValueError(f"received_at is not a finite number: {received_at}")
+        # Our own clock, but through a message: inf, NaN or 1e308 would poison every duration
+        # computed from it (round() raises). Any time that can be written down is fine.
+        if not (math.isfinite(received_at) and MIN_EPOCH <= received_at < MAX_EPOCH):
+            raise ValueError(f"received_at is not a time: {received_at}")
         return Notice(
             id=str(d["id"]), kind=str(d["kind"]), node=str(d["node"]),
             instance_id=str(d.get("instance_id", "")),
-            issued_at=parse_rfc3339(d["issued_at"]), deadline=parse_rfc3339(d["deadline"]),
+            issued_at=notice_time(parse_rfc3339(d["issued_at"]), "issued_at"),
+            deadline=notice_time(parse_rfc3339(d["deadline"]), "deadline"),
             source=str(d.get("source", "")), channel=str(d.get("channel", "relay")),
             received_at=received_at, detail=str(d.get("detail", "")),
         )
@@ -108,8 +123,8 @@ def notice_from_payload(doc: Any) -> Notice:
     if fields["kind"] not in KINDS:
         raise Rejected("bad_kind", f"unknown kind {fields['kind'][:32]!r}")
     try:
-        issued_at = parse_rfc3339(fields["issued_at"])
-        deadline = parse_rfc3339(fields["deadline"])
+        issued_at = notice_time(parse_rfc3339(fields["issued_at"]), "issued_at")
+        deadline = notice_time(parse_rfc3339(fields["deadline"]), "deadline")
     except ValueError as e:
         raise Rejected("bad_time", str(e)) from None
     return Notice(

@@ -6,18 +6,17 @@ epoch (UTC) inside the cores, so comparisons never depend on a timezone.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime, timedelta, timezone
+
+# The instants that can be written as RFC 3339 and read back: years 0001..9999 in
+# UTC. A text outside (year 0001 with a +23:59 offset, 9999-12-31 with -23:59)
+# matches the pattern but cannot be formatted again, so it is refused here.
+MIN_EPOCH = -62135596800.0   # 0001-01-01T00:00:00Z
+MAX_EPOCH = 253402300800.0   # 10000-01-01T00:00:00Z
 
 # Full RFC 3339 date-time: a 'T' (or space/lowercase t), seconds required, an
 # optional fraction, and a mandatory offset ('Z' or +hh:mm). Anything looser is
 # rejected rather than guessed at.
-# Times the agent can both hold and write back: from the epoch to the end of year
-# 9999 UTC. A time outside (year 0001 with a +23:59 offset, 9999-12-31 with
-# -23:59) parses but cannot be formatted again, and a notice carrying one would
-# fail every process that re-announces it; it is refused at the edge instead.
-MIN_EPOCH = 0.0
-MAX_EPOCH = 253402300800.0   # 10000-01-01T00:00:00Z
-
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?"
     r"([Zz]|[+-]\d{2}:\d{2})$"
@@ -41,8 +40,6 @@ def parse_rfc3339(text: str) -> float:
         hh, mm = int(offset[1:3]), int(offset[4:6])
         if hh > 23 or mm > 59:
             raise ValueError(f"bad UTC offset: {offset!r}")
-        from datetime import timedelta
-
         tz = timezone(sign * timedelta(hours=hh, minutes=mm))
     # Leap second 60 is legal RFC 3339; clamp it to 59 (one second early is the safe side).
     second = min(second, 59)
@@ -52,16 +49,20 @@ def parse_rfc3339(text: str) -> float:
 
 def _in_range(epoch: float, text: str) -> float:
     if not MIN_EPOCH <= epoch < MAX_EPOCH:
-        raise ValueError(f"time outside 1970..9999 UTC: {text[:40]!r}")
+        raise ValueError(f"time outside 0001..9999 UTC: {text[:40]!r}")
     return epoch
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def format_rfc3339(epoch: float, millis: bool = True) -> str:
     """UTC RFC 3339 with a 'Z' suffix; milliseconds unless asked not to."""
-    dt = datetime.fromtimestamp(epoch, tz=UTC)
-    if millis:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Not fromtimestamp(): it refuses instants before 1970 on some platforms. Not strftime("%Y"):
+    # it does not pad years below 1000 to the four digits RFC 3339 requires.
+    dt = _EPOCH + timedelta(seconds=epoch)
+    text = f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
+    return f"{text}.{dt.microsecond // 1000:03d}Z" if millis else f"{text}Z"
 
 
 # The GMT layouts instance-metadata services use: RFC 1123 (Azure Scheduled

@@ -14,8 +14,9 @@ from typing import Any
 
 import ujson
 
-from common.contract import Contract
+from common.contract import MAX_BUDGET_S, Contract
 from common.log import Logger
+from common.timefmt import MAX_EPOCH, MIN_EPOCH
 
 MAX_FILE = 4 << 20
 
@@ -75,13 +76,16 @@ def problem(rec: Any) -> str:
     bad += [k for k, types in _OPTIONAL_TYPES.items() if k in rec and not isinstance(rec[k], types)]
     if bad:
         return f"wrong type: {bad}"
-    if not _number(rec["received_at"]):
-        return "received_at is not a finite number"
+    if not (_number(rec["received_at"]) and MIN_EPOCH <= rec["received_at"] < MAX_EPOCH):
+        return "received_at is not a time"
     steps, budget = rec["steps"], rec["budget"]
     if not isinstance(steps, dict) or not all(_number(t) for t in steps.values()):
         return "steps must map step names to times"
-    if not isinstance(budget, dict) or not all(_number(budget.get(k)) and budget[k] >= 0 for k in BUDGET_KEYS):
-        return f"budget must hold {BUDGET_KEYS}"
+    # A contract's budget is at most MAX_BUDGET_S: a larger one would push the times computed from
+    # it (checkpoint_by, the cutoffs) out of what can be written down.
+    if not isinstance(budget, dict) or not all(_number(budget.get(k)) and 0 <= budget[k] <= MAX_BUDGET_S
+                                               for k in BUDGET_KEYS):
+        return f"budget must hold {BUDGET_KEYS}, each 0..{MAX_BUDGET_S} s"
     if "slurm" in rec and not _slurm_memo(rec["slurm"]):
         return "slurm memo is malformed"
     return ""

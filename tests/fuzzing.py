@@ -5,7 +5,8 @@ the same examples every time and a failure reproduces; no example database, so
 a run leaves nothing behind. ``bench/fuzz.py`` sets ``SCO_FUZZ_SCALE`` to run
 each property with many more examples (still derandomized: a long run that
 finds something can be repeated exactly). The inventory of fuzzed parsers is
-in docs/reliability.md.
+in docs/reliability.md. ``Feed`` stands in for a ZeroMQ socket, so a receiver's
+real handler can be fed any frames.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 from typing import Any
 
 import ujson
+import zmq
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -109,3 +111,19 @@ def mutated(doc: Any, values: st.SearchStrategy = json_values, max_changes: int 
     paths = _paths(doc)
     change = st.tuples(st.sampled_from(paths), values | st.just(_DELETE))
     return st.lists(change, min_size=1, max_size=max_changes).map(lambda changes: _apply(doc, changes))
+
+
+class Feed:
+    """A stand-in for a SUB/DEALER socket: hands out the queued messages, then zmq.Again."""
+
+    def __init__(self, messages: list[list[bytes]]) -> None:
+        self.messages = list(messages)
+        self.sent: list[list[bytes]] = []
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        self.sent.append(frames)
+
+    def recv_multipart(self, flags: int = 0) -> list[bytes]:
+        if not self.messages:
+            raise zmq.Again()
+        return self.messages.pop(0)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.notice import Notice
-from common.timefmt import format_rfc3339
+from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
 from verifier import metrics
 from verifier.judge import ESCALATION_LEVELS, Clock, escalation, judge, start_clock
 from verifier.timeline import timeline
@@ -120,7 +120,7 @@ def _valid_clock(c: Any) -> bool:
         return False
     times = (clock.issued_at, clock.received_at, clock.deadline, clock.checkpoint_at, clock.evict_at,
              clock.cutoff)
-    return all(as_epoch(t) for t in times) and math.isfinite(clock.margin_s)
+    return all(MIN_EPOCH <= t < MAX_EPOCH for t in times) and math.isfinite(clock.margin_s)
 
 
 def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], bool]:

@@ -14,6 +14,7 @@ from common.log import Logger
 from common.notice import Notice
 from common.runtime import Rejections
 from executor.__main__ import Executor
+from tests.fuzzing import Feed
 from watcher import __main__ as watcher_main
 from watcher.__main__ import Watcher
 from watcher.contract_verify import Rejected
@@ -122,20 +123,10 @@ def test_one_bad_notice_record_does_not_hide_the_good_one(config, ctx):
                   source="aws").to_dict()
     bad = dict(good, id="n2", received_at="nan")
     ex.sub.close()
-    ex.sub = _Feed([ipc.encode(ipc.T_NOTICE, {"active": [bad, good], "withdrawn": []})])
+    ex.sub = Feed([ipc.encode(ipc.T_NOTICE, {"active": [bad, good], "withdrawn": []})])
     ex.on_sub_readable()
     assert list(ex.active) == ["n1"] and ex.rejections.counts == {"ipc.rejected.bad_value": 1}
     ex.clients.close()
-
-
-class _Feed:
-    def __init__(self, messages: list[list[bytes]]) -> None:
-        self.messages = messages
-
-    def recv_multipart(self, flags: int = 0) -> list[bytes]:
-        if not self.messages:
-            raise zmq.Again()
-        return self.messages.pop(0)
 
 
 def test_a_watcher_task_that_raises_ends_the_process_non_zero(config, monkeypatch):

@@ -31,7 +31,7 @@ import ujson
 
 from common.config import Config
 from common.http import HttpClient, HttpError
-from common.notice import Notice, derived_id
+from common.notice import Notice, derived_id, notice_time
 from common.timefmt import parse_gmt, parse_rfc3339
 from watcher.providers import BaseSource, MetadataError, PollResult, Wake, http_reason, run_checks
 
@@ -98,7 +98,7 @@ def parse_maintenance(body: bytes, node: str, instance_id: str, now: float) -> t
         if state != "active":
             raise MetadataError("bad_body", f"maintenance: unknown State {state[:32]!r}")
         try:
-            not_before = parse_gmt(_text(event, "NotBefore", "maintenance"))
+            not_before = notice_time(parse_gmt(_text(event, "NotBefore", "maintenance")), "NotBefore")
         except ValueError as e:
             raise MetadataError("bad_body", f"maintenance NotBefore: {e}") from None
         notices.append(Notice(
@@ -228,7 +228,7 @@ def _json(body: bytes, what: str) -> dict[str, Any]:
 
 def _rfc3339(value: Any, what: str) -> float:
     try:
-        return parse_rfc3339(value)
+        return notice_time(parse_rfc3339(value), what)
     except ValueError as e:
         raise MetadataError("bad_body", f"{what}: {e}") from None
 

@@ -27,7 +27,7 @@ import ujson
 
 from common.config import Config
 from common.http import HttpClient
-from common.notice import Notice
+from common.notice import Notice, notice_time
 from common.timefmt import parse_gmt
 from watcher.providers import BaseSource, MetadataError, PollResult, Wake
 
@@ -96,7 +96,7 @@ def _event(raw: object) -> Event:
     not_before = None
     if not_before_text:
         try:
-            not_before = parse_gmt(not_before_text)
+            not_before = notice_time(parse_gmt(not_before_text), "NotBefore")
         except ValueError as e:
             raise MetadataError("bad_body", f"scheduledevents NotBefore: {e}") from None
     elif status == "Scheduled":
