@@ -139,6 +139,8 @@ class Injector:
             self.rule_ids[id(f)] = s.kube.fault("", "error", status=429, retry_after=1)
         elif f.kind == "api_timeout":
             self.rule_ids[id(f)] = s.kube.fault("", "hang", seconds=API_HANG_S)
+        elif f.kind == "api_slow":
+            self.rule_ids[id(f)] = s.kube.fault("", "latency", seconds=API_HANG_S)
         elif f.kind in ("api_down", "api_down_long"):
             s.kube.down("refuse")
         elif f.kind == "vector_down":
@@ -164,7 +166,7 @@ class Injector:
             s.nats.start()
         elif f.kind in ("metadata_error", "metadata_hang"):
             s.meta.clear_faults()
-        elif f.kind in ("api_500", "api_429", "api_timeout"):
+        elif f.kind in ("api_500", "api_429", "api_timeout", "api_slow"):
             s.kube.control("DELETE", f"faults/{self.rule_ids.pop(id(f))}")
         elif f.kind in ("api_down", "api_down_long"):
             s.kube.up()

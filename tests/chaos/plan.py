@@ -26,7 +26,8 @@ KUBE_KINDS = (
     "metadata_error",      # the metadata service answers 500
     "metadata_hang",       # ... or holds every request past the agent's timeout
     "api_500", "api_429",  # the API server answers 500 / 429 to every request
-    "api_timeout",         # ... holds every request past the agent's timeout, then drops it
+    "api_timeout",         # ... holds every request past the agent's timeout, then drops it (nothing done)
+    "api_slow",            # ... answers every request after the agent's timeout (done, but unheard of)
     "api_down",            # ... stops listening (connection refused)
     "vector_down",         # Vector refuses connections
     "vector_slow",         # Vector delivers, but answers each batch late
@@ -38,7 +39,7 @@ SLURM_KINDS = (*KILLS, "slurmctld_restart")
 # What each kind breaks: two faults on one target never overlap (reverting one must not end the other).
 TARGET = {**{k: "process" for k in KILLS}, "kill_supervisord": "process", "nats_restart": "nats",
           "metadata_error": "metadata", "metadata_hang": "metadata", "api_500": "kube", "api_429": "kube",
-          "api_timeout": "kube", "api_down": "kube", LONG_OUTAGE: "kube", "vector_down": "vector",
+          "api_timeout": "kube", "api_slow": "kube", "api_down": "kube", LONG_OUTAGE: "kube", "vector_down": "vector",
           "vector_slow": "vector", "disk_full": "disk", "slurmctld_restart": "slurmctld"}
 INSTANT = frozenset(KILLS)   # nothing to revert
 RELAY_LOSERS = frozenset({"kill_watcher", "kill_supervisord", "nats_restart"})

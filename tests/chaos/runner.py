@@ -11,11 +11,12 @@ every notice still has exactly one verdict.
 """
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, redirect_stdout
 from typing import Any, Self
 
 import ujson
@@ -33,7 +34,9 @@ TMPFS_MB = 12           # the state dir: the spool file (SPOOL_MB) and the verif
 SPOOL_MB = 8
 VERDICT_AFTER_DEADLINE_S = 30.0   # a verdict must be in by then (overrun waits for the cutoff only)
 WHOLE_AGAIN_S = 60.0
-SHIPPED_WITHIN_S = 120.0          # the shipper's backoff reaches 30 s while Vector is down
+SHIPPED_WITHIN_S = 120.0
+RELAY_WITHIN_S = 30.0             # the watcher retries every second
+RELAY_STATES = ("process.started", "relay.connected", "relay.reconnected", "relay.disconnected", "relay.closed")          # the shipper's backoff reaches 30 s while Vector is down
 
 
 def settings(extra: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
@@ -63,17 +66,19 @@ class ChaosRun:
         self._exit = ExitStack()
         self._started = 0.0
         self._landed: set[int] = set()   # faults of the current drain applied and not yet reverted
+        self.disk = False                # the state dir is a tmpfs of its own (disk_full can land)
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Self:
         self._started = time.monotonic()
         try:
-            disk = self._exit.enter_context(tmpfs(os.path.join(self.base, "agent", "state"), TMPFS_MB))
-            self.stack = self._exit.enter_context(
-                Stack(self.base, provider="sco", vector=True, contract=self.timing.contract(),
-                      contract_extra=self.contract_extra(),
-                      settings=settings(self.node_settings() | (self.extra_settings or {}))))
-            self.injector = Injector(self.stack, self.slurm_rig(), disk)
+            self.disk = self._exit.enter_context(tmpfs(os.path.join(self.base, "agent", "state"), TMPFS_MB))
+            with redirect_stdout(io.StringIO()):   # the contract tool's chatter would break up the table
+                self.stack = self._exit.enter_context(
+                    Stack(self.base, provider="sco", vector=True, contract=self.timing.contract(),
+                          contract_extra=self.contract_extra(),
+                          settings=settings(self.node_settings() | (self.extra_settings or {}))))
+            self.injector = Injector(self.stack, self.slurm_rig(), self.disk)
             self.prepare_run()
         except BaseException:
             self._exit.close()
@@ -133,6 +138,10 @@ class ChaosRun:
         # A fault planned at a negative moment is in place before the notice is published.
         published = time.monotonic() + max([0.0] + [-f.at for f in plan.faults])
         self._carry_out([st for st in steps if st[0] < 0], published)
+        if plan.channel != "metadata":
+            # NATS core keeps nothing for a subscriber that is not there: after a nats-server or watcher
+            # restart the relay notice waits until the watcher has subscribed again.
+            wait_for(lambda: self.relay_subscribed(), RELAY_WITHIN_S, "the watcher subscribed to the relay")
         self._publish(doc, plan.channel)
         self.notices.append(nid)
         self._carry_out([st for st in steps if st[0] >= 0], published)
@@ -148,6 +157,16 @@ class ChaosRun:
         violations += self.reset(plan, nid)
         self._count(plan, obs, violations)
         return violations
+
+    def relay_subscribed(self) -> bool:
+        """Is the watcher's last word on the relay 'connected' (since it last started)?"""
+        assert self.stack is not None
+        last = ""
+        for line in self.stack.agent.log("watcher").splitlines():
+            for msg in RELAY_STATES:
+                if f'"msg":"{msg}"' in line:
+                    last = msg
+        return last in ("relay.connected", "relay.reconnected")
 
     def _publish(self, doc: dict[str, Any], channel: str) -> None:
         s = self.stack
