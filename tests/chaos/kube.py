@@ -14,7 +14,7 @@ from typing import Any
 from tests.chaos import invariants
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan
-from tests.chaos.runner import ChaosRun
+from tests.chaos.runner import SPOOL_POLL_S, ChaosRun
 from tests.procutil import wait_for
 from tests.stack import NODE, OTHER_NODE
 
@@ -84,7 +84,7 @@ class KubeChaos(ChaosRun):
         self.withdraw(notice_id)
         try:
             wait_for(lambda: any(e["type"] == "drain.uncordoned" and e["notice_id"] == notice_id
-                                 for e in self.events()), UNDO_WITHIN_S, "drain.uncordoned")
+                                 for e in self.events()), UNDO_WITHIN_S, "drain.uncordoned", interval=SPOOL_POLL_S)
         except TimeoutError:
             out.append(f"{notice_id}: withdrawn, but no drain.uncordoned within {UNDO_WITHIN_S:g} s")
         self.stack.meta.sco_clear()

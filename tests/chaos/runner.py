@@ -35,6 +35,7 @@ SPOOL_MB = 8
 VERDICT_AFTER_DEADLINE_S = 30.0   # a verdict must be in by then (overrun waits for the cutoff only)
 WHOLE_AGAIN_S = 60.0
 SHIPPED_WITHIN_S = 120.0
+SPOOL_POLL_S = 0.25               # each look reads the spool file through: not every 50 ms
 RELAY_WITHIN_S = 30.0             # the watcher retries every second
 RELAY_STATES = ("process.started", "relay.connected", "relay.reconnected", "relay.disconnected", "relay.closed")          # the shipper's backoff reaches 30 s while Vector is down
 
@@ -134,14 +135,14 @@ class ChaosRun:
         nid = f"chaos-{self.scheduler}-{self.tally.seed}-{plan.index}"
         self.prepare(plan)
         doc = s.notice_payload(deadline_in=plan.timing.deadline_s, node=self.node, notice_id=nid)
+        if plan.channel != "metadata":
+            # NATS core keeps nothing for a subscriber that is not there: after a nats-server or watcher
+            # restart the relay notice waits until the watcher has subscribed again.
+            wait_for(self.relay_subscribed, RELAY_WITHIN_S, "the watcher subscribed to the relay")
         steps = self._steps(plan.faults)
         # A fault planned at a negative moment is in place before the notice is published.
         published = time.monotonic() + max([0.0] + [-f.at for f in plan.faults])
         self._carry_out([st for st in steps if st[0] < 0], published)
-        if plan.channel != "metadata":
-            # NATS core keeps nothing for a subscriber that is not there: after a nats-server or watcher
-            # restart the relay notice waits until the watcher has subscribed again.
-            wait_for(lambda: self.relay_subscribed(), RELAY_WITHIN_S, "the watcher subscribed to the relay")
         self._publish(doc, plan.channel)
         self.notices.append(nid)
         self._carry_out([st for st in steps if st[0] >= 0], published)
@@ -149,7 +150,7 @@ class ChaosRun:
         left = published + plan.timing.deadline_s + VERDICT_AFTER_DEADLINE_S - time.monotonic()
         try:
             verdicts = wait_for(lambda: invariants.verdicts_of(self.events(), nid), max(left, 5.0),
-                                f"a verdict for {nid}")
+                                f"a verdict for {nid}", interval=SPOOL_POLL_S)
         except TimeoutError:
             verdicts = ()
         obs = self.observe(plan, nid, verdicts)

@@ -18,7 +18,7 @@ import ujson
 
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan
-from tests.chaos.runner import ChaosRun
+from tests.chaos.runner import SPOOL_POLL_S, ChaosRun
 from tests.procutil import wait_for
 from tests.rigs.slurm_rig import SlurmRig
 from tests.slurm.harness import nodes_named
@@ -113,7 +113,7 @@ class SlurmChaos(ChaosRun):
         try:
             undone = wait_for(lambda: next((e for e in self.events() if e["type"] == "drain.uncordoned"
                                             and e["notice_id"] == notice_id), None), UNDO_WITHIN_S,
-                              "drain.uncordoned")
+                              "drain.uncordoned", interval=SPOOL_POLL_S)
             if undone["data"].get("action") != "resume":
                 out.append(f"{notice_id}: withdrawn, but the agent did not resume its drain: {undone['data']}")
         except TimeoutError:
