@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 import ujson
@@ -131,6 +132,15 @@ def decode(frames: list[bytes]) -> tuple[bytes, dict[str, Any]]:
     if not isinstance(body, dict):
         raise BadMessage("message body is not a JSON object", "not_object")
     return topic, body
+
+
+def pending(sock: zmq.Socket) -> Iterator[list[bytes]]:
+    """Every message waiting on ``sock`` right now, without blocking (the receivers' read loop)."""
+    while True:
+        try:
+            yield sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
 
 
 def send(sock: zmq.Socket, topic: bytes, body: dict[str, Any]) -> bool:

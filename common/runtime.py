@@ -149,11 +149,7 @@ class SpoolLink:
         return ev
 
     def on_readable(self) -> None:
-        while True:
-            try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in ipc.pending(self.sock):
             try:
                 topic, body = ipc.decode(frames)
                 ids = body.get("ids")

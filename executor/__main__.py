@@ -116,11 +116,7 @@ class Executor:
 
     # -- inputs -------------------------------------------------------------------
     def on_sub_readable(self) -> None:
-        while True:
-            try:
-                frames = self.sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in ipc.pending(self.sub):
             try:
                 topic, body = ipc.decode(frames)
                 if topic == ipc.T_NOTICE:
@@ -132,11 +128,7 @@ class Executor:
                 self.rejections.add(ipc.WATCHER_PUB, e)
 
     def on_escalate_readable(self) -> None:
-        while True:
-            try:
-                frames = self.escalate_sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in ipc.pending(self.escalate_sub):
             try:
                 _, body = ipc.decode(frames)
                 self.escalated = escalation.parse(body)

@@ -232,11 +232,7 @@ class Spool:
 
     # -- where events go ---------------------------------------------------------------
     def on_contract(self) -> None:
-        while True:
-            try:
-                frames = self.sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in ipc.pending(self.sub):
             if len(frames) == 2 and frames[1] == self._last_contract:
                 continue   # the watcher re-announces every second; validate only what changed
             try:

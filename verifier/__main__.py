@@ -114,11 +114,7 @@ class Verifier:
 
     # -- inputs ---------------------------------------------------------------------
     def on_readable(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in ipc.pending(sock):
             try:
                 topic, body = ipc.decode(frames)
                 if topic == ipc.T_NOTICE:

@@ -243,11 +243,7 @@ class Watcher:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
     def on_progress_readable(self) -> None:
-        while True:
-            try:
-                frames = self.progress_sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in ipc.pending(self.progress_sub):
             try:
                 _, body = ipc.decode(frames)
                 notices = body.get("notices")
