@@ -20,7 +20,7 @@ from typing import Any
 import ujson
 import zmq
 
-from common import ipc
+from common import ipc, wire
 from common.config import Config
 from common.fsutil import write_atomic
 from common.log import Logger
@@ -246,17 +246,17 @@ class Watcher:
         for frames in ipc.pending(self.progress_sub):
             try:
                 _, body = ipc.decode(frames)
-                notices = body.get("notices")
-                if not isinstance(notices, dict):
-                    raise ipc.BadMessage("progress without a notices object")
-            except ipc.BadMessage as e:
+                records, refused = wire.decode_progress(body)
+            except (ipc.BadMessage, wire.BadRecord) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB, e)
                 continue
-            self._on_progress(notices)
+            if refused:   # counted once per message: the good records next to them still count
+                self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(f"{len(refused)} drain record(s) refused"))
+            self._on_progress(records)
 
-    def _on_progress(self, notices: dict[str, Any]) -> None:
-        for nid, rec in notices.items():
-            if not isinstance(rec, dict) or rec.get("state") != "done" or nid in self.drained_seen:
+    def _on_progress(self, records: dict[str, wire.DrainRecord]) -> None:
+        for nid, rec in records.items():
+            if rec.state != wire.DrainState.DONE or nid in self.drained_seen:
                 continue
             self.drained_seen.add(nid)
             held = self.book.resolve(nid)
@@ -277,9 +277,9 @@ class Watcher:
     def announce(self) -> None:
         ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
         snap = self.book.snapshot()
-        ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
-                                          "withdrawn": list(snap["withdrawn"]), "arrivals": snap["arrivals"],
-                                          "counters": self.published_counters(), "started_at": self.started_at})
+        ipc.send(self.pub, ipc.T_NOTICE, wire.encode_notice_state(
+            snap["gen"], snap["active"], list(snap["withdrawn"]), snap["arrivals"], self.published_counters(),
+            self.started_at))
 
     def published_counters(self) -> dict[str, int]:
         """The watcher's counters and the contract keeper's rejections (``contract.rejected.<reason>``)."""

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from executor.node_patch import A_DEADLINE, A_NOTICE
+from executor.kube.node_patch import A_DEADLINE, A_NOTICE
 from tests.procutil import pid_alive, wait_for
 from tests.stack import OTHER_NODE
 

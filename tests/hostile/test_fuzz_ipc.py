@@ -22,7 +22,7 @@ from common.config import build
 from common.contract import BUILTIN
 from common.log import Logger
 from common.runtime import SpoolLink
-from executor import escalation
+from common.wire import LEVELS
 from executor.__main__ import Executor
 from spool.intake import Intake, Rejected, parse_event
 from tests.fuzzing import Feed, fuzz, json_bytes, json_scalars, json_values, mutated, near, times
@@ -121,8 +121,7 @@ def executor(runtime):
     config, ctx = runtime
     ex = Executor(config, quiet(), ctx)
     yield ex
-    if ex.clients is not None:
-        ex.clients.close()
+    ex.close()
 
 
 @pytest.fixture(scope="module")
@@ -157,15 +156,16 @@ def _notice_state(**changes: object) -> list[list[bytes]]:
 def test_executor_watcher_feed(executor, messages):
     """Notice state and contracts from 'the watcher': each message counted or applied, and the drain
     work that follows (drain start, telling clients, publishing) runs on whatever was applied."""
-    executor.progress, executor.active, executor.withdrawn = {}, {}, set()
-    executor.contract_heard = True   # as after the real watcher's first announcement
+    drains = executor.drains
+    drains.records, drains.active, drains.withdrawn = {}, {}, frozenset()
+    drains.contract_heard = True   # as after the real watcher's first announcement
     before = executor.bad_messages
     executor.sub = Feed(messages)
     executor.on_sub_readable()
-    executor.work(1.8e9)
+    drains.turn(1.8e9)
     executor.publish()
     assert executor.bad_messages >= before
-    for n in executor.active.values():   # what was applied is a notice every step can use
+    for n in drains.active.values():   # what was applied is a notice every step can use
         assert n.to_dict()["deadline"] and n.node in (NODE, "*")
 
 
@@ -174,7 +174,7 @@ def test_executor_watcher_feed(executor, messages):
 def test_executor_verifier_feed(executor, messages):
     executor.escalate_sub = Feed(messages)
     executor.on_escalate_readable()
-    assert all(level in escalation.LEVELS for level in executor.escalated.values())
+    assert all(level in LEVELS for level in executor.drains.levels.values())
 
 
 @fuzz(150)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.emulators.kube_fixture import kubectl_path
 from tests.rigs.kube_real_fixture import real_apiserver
 from tests.rigs.kube_real_objects import (
     FakeControlPlane,
@@ -27,7 +28,7 @@ from tests.rigs.kube_real_objects import (
 )
 from tests.rigs.kube_real_rig import RealApiServer
 
-KUBECTL = "/work/venv/bin/kubectl"
+KUBECTL = kubectl_path()
 NODE_A, NODE_B = "node-a", "node-b"
 
 
