@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
 from common.notice import CHANNELS, Notice, notice_from_dict
@@ -36,7 +36,7 @@ class BadRecord(ValueError):
         self.reason = reason
 
 
-def _number(x: object) -> bool:
+def _number(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 

@@ -74,7 +74,8 @@ class Clock:
             budget: Budget | None = Budget.from_dict(d.get("budget")) if d.get("budget") is not None else None
         except BadRecord:
             budget = None   # recomputed from the drain record when it is heard
-        return cls(str(d["notice_id"]), *(float(d[k]) for k in _TIMES), budget=budget)
+        issued, received, deadline, margin, checkpoint, evict, cutoff = (float(d[k]) for k in _TIMES)
+        return cls(str(d["notice_id"]), issued, received, deadline, margin, checkpoint, evict, cutoff, budget)
 
     def moved_by(self, rec: DrainRecord) -> bool:
         """Does the drain record say the drain runs on another budget (or receipt) than this clock?"""

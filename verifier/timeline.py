@@ -54,7 +54,7 @@ def timeline(notice: Notice, rec: DrainRecord | None,
         ms = offset_ms(steps.get(step), t0)
         if ms is not None:
             out[key] = ms
-    acks = []
+    acks: list[dict[str, Any]] = []
     for client, ack in (rec.acks if rec is not None else {}).items():
         ms = offset_ms(ack.at, t0)
         if ms is not None:

@@ -47,7 +47,7 @@ STUCK_AFTER_S = 3.0
 def retry_delay(attempts: int) -> float:
     """Exponential from 0.1 s, at most 1 s: a PDB frees up when a replacement turns Ready, which
     can be any moment, and the notice window is short; kubectl's fixed 5 s wastes most of it."""
-    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, attempts - 1))
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** max(0, attempts - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +139,15 @@ class EvictionBook:
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
         for uid, t in self.plan.targets.items():
             self.targets[uid] = t
-            st = self.states.get(uid)
-            if st is None:
+            seen = self.states.get(uid)
+            if seen is None:
                 st = PodState(reported=uid in self._reported)
                 # Being deleted already (by us before a restart, or by anyone): never evict it again.
                 if t.terminating or uid in self._done_before:
                     st = dataclasses.replace(st, phase=ACCEPTED)
                 self.states[uid] = st
-            elif st.phase in (PENDING, RETRY) and t.terminating:
-                self.states[uid] = dataclasses.replace(st, phase=ACCEPTED)
+            elif seen.phase in (PENDING, RETRY) and t.terminating:
+                self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
     def answer(self, uid: str, answer: Answer, now: float) -> list[Emit]:
         st = self.states.get(uid)

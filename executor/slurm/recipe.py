@@ -34,6 +34,7 @@ import copy
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from common.wire import DrainState, Phase, Step
@@ -245,8 +246,8 @@ class SlurmDrain:
                 memo["signalled"][str(j)] = now
                 self._remember(t)
                 try:
-                    self._act(nid, f"signal {j}", lambda j=j: self.cli.signal(
-                        self.node, j, pol["signal"], pol["signal_scope"]), now)
+                    self._act(nid, f"signal {j}", partial(self.cli.signal, self.node, j, pol["signal"],
+                                                          pol["signal_scope"]), now)
                     sent.append(j)
                 except SlurmError as e:
                     if isinstance(e, Unreachable):
@@ -271,9 +272,9 @@ class SlurmDrain:
                 self._remember(t)
                 try:
                     if cancel:
-                        self._act(nid, f"cancel {j}", lambda j=j: self.cli.cancel(self.node, j), now)
+                        self._act(nid, f"cancel {j}", partial(self.cli.cancel, self.node, j), now)
                         moved.append(j)
-                    elif self._act(nid, f"requeue {j}", lambda j=j: self.cli.requeue(self.node, j), now) is False:
+                    elif self._act(nid, f"requeue {j}", partial(self.cli.requeue, self.node, j), now) is False:
                         gone.append(j)
                     else:
                         moved.append(j)
@@ -336,8 +337,8 @@ class SlurmDrain:
             t.memo["local"][key][str(job)] = now
             self._remember(t)
             sent = self._act(t.order.notice_id, f"{sig} job {job}",
-                             lambda job=job, sig=sig, scope=scope: slurm_local.signal_job(
-                                 procs[job], signal.Signals[sig], scope, self.cli.conf, self.node, self.proc), now)
+                             partial(slurm_local.signal_job, procs[job], signal.Signals[sig], scope, self.cli.conf,
+                                     self.node, self.proc), now)
             out[str(job)] = {"signal": sig, "scope": scope, **(sent or {"groups": [], "pids": []})}
         return out
 

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 
 from common.timefmt import format_rfc3339
 from executor.agent_socket import AgentSocketServer
-from executor.socket_protocol import Ack
+from executor.socket_wire import Ack
 
 
 def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.0,
