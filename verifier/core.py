@@ -107,7 +107,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
     emits: list[Emit] = []
     changed = _forget(state, view, now, emits)
     for n in view.active.values():
-        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") == "done":
+        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") == DONE:
             continue
         if n.id not in state["clocks"]:
             if n.id in state["verdicts"]:

@@ -30,6 +30,7 @@ from common.wire import (
     DrainRecord,
     DrainState,
     Escalation,
+    Phase,
     Step,
     Verdict,
     phase_ends,
@@ -130,17 +131,17 @@ def held_up_by(clock: Clock, rec: DrainRecord | None, move_step: str) -> str:
     steps = {k: v for k, v in rec.steps.items() if v <= clock.cutoff} if rec is not None else {}
     phase = rec.phase if rec is not None else ""
     if Step.CORDONED not in steps:
-        return "cordon"
+        return Phase.CORDON
     if phase in HELD_UP_BY and phase != "notice":
         return phase
     if Step.FALLBACK in steps:
-        return "fallback"
+        return Phase.FALLBACK
     if any(s in steps for s in _EVICT_STEPS):
-        return "evict"
+        return Phase.EVICT
     if any(s in steps for s in _REQUEUE_STEPS):
-        return "requeue"
+        return Phase.REQUEUE
     if Step.CLIENTS_TOLD in steps:
-        return "checkpoint"
+        return Phase.CHECKPOINT
     return move_step
 
 
