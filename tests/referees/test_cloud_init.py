@@ -17,7 +17,7 @@ from common.config import load
 from common.log import Logger
 from tests.agent_rig import REPO
 from tests.referees.nats_hall import Hall
-from tests.referees.tools import referee, run
+from tests.referees.tools import cloud_init_python, referee, run
 from watcher.contract_keeper import ContractKeeper
 from watcher.nats_creds import read_creds
 
@@ -27,14 +27,6 @@ PLACEHOLDER = "NODE_RELAY_CREDS_BASE64"
 # What the agent reads from /etc/sco-agent (common/config.py defaults and the user-data's own config).
 EXPECTED = {"/etc/sco-agent/agent.toml": 0o644, "/etc/sco-agent/relay.creds": 0o600,
             "/etc/sco-agent/trust/sco-example-2026.pub": 0o644, "/etc/sco-agent/contract-launch.json": 0o644}
-
-
-def cloud_init_python() -> str:
-    """The interpreter cloud-init itself runs under (its script's #! line): it has cloud-init's modules."""
-    with open(referee("cloud-init"), encoding="utf-8") as f:
-        first = f.readline()
-    assert first.startswith("#!"), f"cloud-init is not a script: {first!r}"
-    return first[2:].strip().split()[0]
 
 
 def test_user_data_passes_cloud_init_schema():

@@ -49,6 +49,15 @@ def referee(tool: str) -> str:
     return path
 
 
+def cloud_init_python() -> str:
+    """The interpreter cloud-init itself runs under (its script's #! line): it has cloud-init's
+    modules and PyYAML, which the agent's own environment does not."""
+    with open(referee("cloud-init"), encoding="utf-8") as f:
+        first = f.readline()
+    assert first.startswith("#!"), f"cloud-init is not a script: {first!r}"
+    return first[2:].strip().split()[0]
+
+
 def run(argv: list[str], stdin: str | None = None, timeout: float = 120,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
