@@ -79,7 +79,12 @@ say "venv at $PREFIX (built from $("$PYTHON" -c 'import sys; print(sys.version.s
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ -z "$WHEEL" ]; then
     say "building the wheel from $REPO"
-    "$VENV/bin/python" -m pip wheel -q --no-deps -w "$WORK" "$REPO"
+    # From a clean copy: setuptools builds in the source tree (build/, *.egg-info), and a stale
+    # build/lib would put files since deleted from the checkout into the wheel.
+    mkdir "$WORK/src"
+    tar -C "$REPO" --exclude=./.git --exclude=./build --exclude=./dist --exclude='./*.egg-info' \
+        --exclude=./.venv --exclude=./.run --exclude=__pycache__ -cf - . | tar -C "$WORK/src" -xf -
+    "$VENV/bin/python" -m pip wheel -q --no-deps -w "$WORK" "$WORK/src"
     WHEEL=$(ls "$WORK"/sco_agent-*.whl)
 fi
 # No .pyc from pip: they would name the build root in every traceback; compiled below instead.
