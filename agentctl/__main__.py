@@ -1,6 +1,7 @@
 """sco-agentctl: the operator's command for a running agent.
 
-Each subcommand is one module of this package, imported only when used so
+status and supervisor are here (status's summary in agentctl.status); contract,
+spool and simulate are modules of their own, imported only when used so
 `sco-agentctl status` stays quick. This package sits above the four process
 packages: it reads what they write (state files, the spool file, contract
 bundles) with their own readers, and none of them imports it.

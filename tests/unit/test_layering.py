@@ -135,6 +135,12 @@ def test_every_shipped_package_has_a_row_in_the_table():
     assert set(shipped_packages()) == set(ALLOWED)
 
 
+def test_every_folder_of_a_shipped_package_is_a_regular_package():
+    """setup.cfg's ``packages = find:`` skips a folder without __init__.py: it would be left out of the wheel."""
+    folders = {p.parent for package in shipped_packages() for p in (REPO / package).rglob("*.py")}
+    assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").exists()) == []
+
+
 def test_there_is_no_import_cycle_between_modules():
     assert find_cycles(import_graph()) == []
 
