@@ -22,9 +22,9 @@ from executor.drain_plan import deadlines
 from executor.eviction_book import EvictionBook, Inputs
 from executor.pod_filters import pods_that_count
 from spool.shipping import retry_after_s
+from supervisord_plugins import listener
 from tests.fuzzing import fuzz, json_values, mutated
 from tests.kube.podspecs import pdb, pod
-from verifier import listener
 from watcher import nats_creds
 from watcher.contract_store import parse_public_key
 
