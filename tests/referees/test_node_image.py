@@ -117,6 +117,6 @@ def test_the_venv_runs_sco_agentctl_from_the_root_on_its_own_pyc(node_image):
     assert res.returncode == 0 and res.stdout.startswith("usage: sco-agentctl"), res.stdout + res.stderr[-2000:]
     loaded = [line.split("'")[1] for line in res.stderr.splitlines()
               if line.startswith("# code object from ") and venv + "/lib/" in line]
-    assert any(p.endswith(f"/common/__pycache__/ctl.{sys.implementation.cache_tag}.pyc") for p in loaded), loaded
+    assert any(p.endswith(f"/agentctl/__pycache__/__main__.{sys.implementation.cache_tag}.pyc") for p in loaded), loaded
     assert [p for p in loaded if not p.endswith(".pyc")] == []          # none compiled from source now
     assert [line for line in res.stderr.splitlines() if line.startswith("# wrote ")] == []
