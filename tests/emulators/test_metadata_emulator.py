@@ -137,10 +137,10 @@ def test_fault_huge_chunked_body_has_no_length(emu: MetadataEmulator) -> None:
 
 def test_not_listening_means_connection_refused(emu: MetadataEmulator) -> None:
     """Closing the service port refuses connections; reopening serves on the same URL."""
-    emu.set_listening(False)
+    emu.down()
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(emu.url + "/sco/v1/notice", timeout=2)
-    emu.set_listening(True)
+    emu.up()
     assert requests.get(emu.url + "/sco/v1/notice", timeout=5).status_code == 404
 
 
