@@ -151,6 +151,7 @@ class Handler(BaseHTTPRequestHandler):
         """Answer without serving and close: the request framing cannot be trusted."""
         self.close_connection = True
         answer = app.error_response(status, message)
+        answer = dataclasses.replace(answer, headers=(*answer.headers, ("Connection", "close")))
         self._guarded(lambda: self._write(None, answer))
 
     # -- answering ---------------------------------------------------------------------

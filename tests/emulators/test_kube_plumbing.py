@@ -126,6 +126,29 @@ def test_malformed_content_length_is_400(api: Client) -> None:
         assert sock.recv(4096).startswith(b"HTTP/1.1 400")
 
 
+def test_chunked_request_body_is_read_and_the_connection_stays_usable(api: Client) -> None:
+    body = json.dumps(o.pod("chunky", "n1", phase=None)).encode()
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + b"%x\r\n%s\r\n" % (10, body[:10]) + b"%x\r\n%s\r\n" % (len(body) - 10, body[10:])
+                     + b"0\r\n\r\nGET /api/v1/namespaces/default/pods/chunky HTTP/1.1\r\nHost: x\r\n\r\n")
+        replies = b""
+        while replies.count(b"HTTP/1.1 ") < 2 or not replies.rstrip().endswith(b"}"):
+            replies += sock.recv(65536)
+    assert replies.startswith(b"HTTP/1.1 201") and b"HTTP/1.1 200" in replies
+    assert api.server.requests()[-2]["body"]["metadata"]["name"] == "chunky"
+
+
+def test_bad_chunk_framing_is_400_and_closes(api: Client) -> None:
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/nodes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400") and b'"kind":"Status"' in reply
+
+
 def test_watch_as_table_for_kubectl_get_w(api: Client) -> None:
     api.server.app.seed([o.pod("a", "n1")])
     conn = http.client.HTTPConnection("127.0.0.1", api.server.port, timeout=10)

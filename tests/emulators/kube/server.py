@@ -11,12 +11,10 @@ from collections.abc import Callable
 
 from tests.emulators._server import EmulatorServer, InProcessEmulator
 
-from .api import Api
 from .app import KubeApp
 from .client import KubeControl
 from .controllers import Controllers
 from .options import Options
-from .store import Store
 
 
 class KubeApiServer(KubeControl, InProcessEmulator):
@@ -24,6 +22,7 @@ class KubeApiServer(KubeControl, InProcessEmulator):
 
     ``run_controllers=False`` leaves the simulated kubelet and controllers to the caller
     (``controllers.run_once()``), for tests that must step the cluster deterministically.
+    The cluster itself (store, settings, API) is ``app``.
     """
 
     def __init__(self, port: int = 0, options: Options | None = None,
@@ -43,20 +42,8 @@ class KubeApiServer(KubeControl, InProcessEmulator):
         return self.server.control_port
 
     @property
-    def options(self) -> Options:
-        return self.app.options
-
-    @property
-    def store(self) -> Store:
-        return self.app.store
-
-    @property
     def controllers(self) -> Controllers:
         return self.app.controllers
-
-    @property
-    def api(self) -> Api:
-        return self.app.api
 
     @property
     def stopping(self) -> threading.Event:
