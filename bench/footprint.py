@@ -38,7 +38,7 @@ def agent_pids(stack: Stack) -> dict[str, int]:
 
 def start_clients(stack: Stack, n: int) -> list[subprocess.Popen]:
     env = dict(os.environ, SCO_AGENT_SOCKET=stack.agent.settings["agent_socket"]["path"], PYTHONPATH=REPO)
-    code = ("import sys, time; from executor.checkpoint_client import on_notice; "
+    code = ("import sys, time; from sco_checkpoint.client import on_notice; "
             "on_notice(lambda n: None, name=sys.argv[1]); time.sleep(3600)")
     return [subprocess.Popen([sys.executable, "-c", code, f"client-{i}"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]

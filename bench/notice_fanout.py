@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def child(path: str, count: int) -> None:
     """Run ``count`` listeners; on stdin EOF print {notice id: [stamps]} and exit."""
-    from executor.checkpoint_client import on_notice
+    from sco_checkpoint.client import on_notice
 
     stamps: dict[str, list[int]] = {}
 

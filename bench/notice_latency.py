@@ -165,12 +165,12 @@ def bench_cordon(base: Path, n: int) -> list[float]:
     with Stack(str(base / "stack"), poll_interval_s=5.0,
                contract={"budget_s": 100, "checkpoint_s": 1, "evict_s": 10, "margin_s": 5}) as stack:
         for _ in range(n):
-            stack.kube.clear_log()
+            stack.kube.clear_requests()
             t0 = time.time()
             doc = stack.publish_notice(deadline_in=120)
 
             def cordon_done() -> float | None:
-                for e in stack.kube.log():
+                for e in stack.kube.requests():
                     if (e["method"] == "PATCH" and e["path"].startswith("/api/v1/nodes/node-a")
                             and e["status"] == 200 and '"unschedulable": true' in json.dumps(e.get("body"))):
                         return e["time"] + e.get("duration", 0.0)

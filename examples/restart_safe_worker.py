@@ -7,8 +7,9 @@ saves the count; if the instance is then taken away, the next start (on
 another node, same state path) resumes from the saved count. Units done
 after the checkpoint are redone, so a unit must be safe to repeat.
 
-The whole integration is the ``on_notice(checkpoint)`` line. checkpoint_client.py
-is standard-library only: vendor that one file next to this script, or install sco-agent.
+The whole integration is the ``on_notice(checkpoint)`` line. sco_checkpoint/client.py
+is standard-library only: vendor that one file next to this script as checkpoint_client.py,
+or install sco-agent.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import threading
 import time
 
 try:
-    from executor.checkpoint_client import on_notice
+    from sco_checkpoint.client import on_notice
 except ImportError:  # vendored next to this script
     from checkpoint_client import on_notice
 

@@ -39,14 +39,13 @@ from common.log import Logger
 from common.runtime import Rejections, StopFlag, start
 from spool.intake import MAX_RECORD, OWN, Intake, Rejected, encode, parse_event
 from spool.record import record_size
-from spool.ring import SpoolIOError
+from spool.ring import SPOOL_FILE, SpoolIOError
 from spool.shipping import choose_sink
 from spool.store import Store, merge_drops
 
 if TYPE_CHECKING:
     from spool.shipper import Shipper
 
-SPOOL_FILE = "spool.dat"
 MAX_ROUND = 2000         # messages taken per round: bounds one group commit's latency
 IDLE_POLL_MS = 1000      # how soon a stop or a queued report is noticed while idle
 RETRY_S = 1.0            # between attempts while the disk refuses writes

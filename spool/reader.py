@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from spool.record import ALIGN, DATA_START, RECORD, distance
+from spool.record import ALIGN, DATA_START, RECORD, distance, normalize
 from spool.ring import DEFAULT_SIZE
 from spool.scan import Record, Source, Walker, find_start, iter_headers, recover
 
@@ -28,6 +28,29 @@ def iter_records(path: str, from_head: bool = True) -> Iterator[Record]:
         if not from_head:
             pos, seq = _oldest_retained(src, size, pos, seq)
         yield from Walker(src, size, pos, seq, size - DATA_START, bounded=False)
+    finally:
+        os.close(fd)
+
+
+def follow(path: str, pos: int, seq: int) -> Iterator[Iterator[Record]]:
+    """Passes over the records the spool appends from (pos, seq) on, forever: one per next().
+
+    Each pass walks from where the last one stopped, the way recovery does:
+    it ends at the end marker (or a record still being written) and the next
+    pass continues there. A restart of the spool (a later epoch) or a lap of
+    the ring (newer records where we stood) is followed, never misread: only
+    records whose checksums verify are yielded, each seq once. The caller
+    waits between passes.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        src = Source(fd)
+        size = find_start(fd, src, DEFAULT_SIZE).size
+        while True:
+            src.length = 0   # forget the read window: the file has changed since
+            walk = Walker(src, size, pos, seq, size - DATA_START, bounded=False)
+            yield walk
+            pos, seq = normalize(walk.last_end, size), walk.last_ok + 1
     finally:
         os.close(fd)
 

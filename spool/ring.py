@@ -40,6 +40,7 @@ from spool.record import (
 )
 from spool.scan import CHUNK, Source, Start, Walker, find_start, next_epoch, recover
 
+SPOOL_FILE = "spool.dat"   # the one spool file, under paths.state_dir
 DEFAULT_SIZE = 64 * 2**20
 GROUP_BYTES = 256 * 1024    # one pwrite per this many bytes of a batch: bounds the encode buffer
 

@@ -27,6 +27,8 @@ if [ -x tests/rigs/slurm/install.sh ] || [ -f tests/rigs/slurm/install.sh ]; the
   echo "== Slurm (Debian packages)"
   bash tests/rigs/slurm/install.sh
 fi
+echo "== referees: promtool, cloud-init, systemd-analyze (Debian packages)"
+bash tests/rigs/referees/install.sh
 if [ -f tests/rigs/kube_real/build.sh ]; then
   echo "== kube-apiserver v1.20.2 (built once from Debian's source package, then cached)"
   bash tests/rigs/kube_real/build.sh

@@ -107,7 +107,7 @@ class Stack:
     def sign_bundle(self, drain: dict[str, Any], serial: int, out: str,
                     extra: dict[str, Any] | None = None) -> str:
         """A bundle signed with the hall key (made, and trusted, on first use) -- the operator's CLI does it."""
-        from watcher.contract_cli import main as contract_cli
+        from agentctl.contract_cli import main as contract_cli
 
         trust = os.path.join(self.base, "trust")
         keys = os.path.join(self.base, "keys")

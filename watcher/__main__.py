@@ -26,9 +26,9 @@ from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
-from watcher import contract_verify
 from watcher.contract_keeper import ContractKeeper, contract_message
 from watcher.contract_store import TrustDirUnsafe
+from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
@@ -64,7 +64,7 @@ class Throttle:
 class Watcher:
     """The imperative shell around NoticeBook: feed it, persist it, announce it."""
 
-    def __init__(self, config: Config, log: Logger, ctx: zmq.Context) -> None:
+    def __init__(self, config: Config, log: Logger, ctx: zmq.Context, check: SignatureCheck = check_here) -> None:
         self.config = config
         self.log = log
         rd = config.paths.runtime_dir
@@ -84,7 +84,7 @@ class Watcher:
         self.drained_pending: list[str] = []
         self.changed = asyncio.Event()        # set: announce at the next turn of the tick loop
         # The contract comes first: the drain budget must be known before any work lands.
-        self.contracts = ContractKeeper(config, log, self.spool.emit)
+        self.contracts = ContractKeeper(config, log, self.spool.emit, check)
         self.contracts.load()
 
     def _load_book(self) -> NoticeBook:
@@ -316,10 +316,10 @@ async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:
             waiter.cancel()
 
 
-async def run(config: Config, log: Logger) -> int:
+async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -> int:
     ctx = zmq.Context()
     try:
-        w = Watcher(config, log, ctx)
+        w = Watcher(config, log, ctx, check)
     except TrustDirUnsafe as e:
         # Anyone could drop a key in and sign their own drain budget: refuse to start
         # (supervisord shows the failure) rather than run on a contract nobody vouches for.
@@ -363,8 +363,8 @@ async def run(config: Config, log: Logger) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     config, log = start("watcher", argv)
-    contract_verify.VERIFY_IN_CHILD = True   # keep the Ed25519 library out of the long-lived watcher
-    return asyncio.run(run(config, log))
+    # Signatures are checked in a child: the Ed25519 library stays out of the long-lived watcher.
+    return asyncio.run(run(config, log, check=in_child()))
 
 
 if __name__ == "__main__":

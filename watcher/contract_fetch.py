@@ -23,6 +23,7 @@ from watcher.contract_verify import (
     Rejected,
     decide,
 )
+from watcher.ed25519_check import SignatureCheck, check_here
 
 REFRESH_INTERVAL_S = 60.0
 REFRESH_JITTER_S = 10.0  # spreads a hall's nodes so a fleet rollout does not fetch in lockstep
@@ -57,6 +58,7 @@ def apply_fetch(
     result: FetchResult,
     scope: NodeScope,
     trusted_keys: Mapping[str, bytes],
+    check: SignatureCheck = check_here,
 ) -> tuple[RefreshState, Accepted | Rejected | None]:
     """Fold one fetch into the state; the outcome (None: nothing new) says what to report.
 
@@ -73,7 +75,7 @@ def apply_fetch(
         return replace(state, failing=result.error), Rejected(result.error, detail)
     if result.status == 304 or result.body is None:
         return replace(state, failing=None), None
-    outcome = decide(state.contract, result.body, scope, trusted_keys)
+    outcome = decide(state.contract, result.body, scope, trusted_keys, check=check)
     if isinstance(outcome, Accepted):
         return RefreshState(outcome.contract, result.etag), outcome
     return RefreshState(state.contract, result.etag, outcome.reason), outcome

@@ -5,6 +5,11 @@ contract (said loudly: log, event, status file). Then a conditional GET of the
 full bundle every 60 s with jitter, in a worker thread so a slow source never
 delays a notice. An accepted bundle is persisted as last-known-good before it
 is published; anything else leaves the node on the contract it has.
+
+Threads: the worker thread only fetches, judges and persists (``fetch_once``)
+and hands back a ``Refresh``; the loop thread adopts it (``adopt``): it alone
+changes the keeper's state and emits events, because ``emit`` writes to the
+process's zmq socket and zmq sockets must stay on one thread.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ujson
@@ -24,21 +30,33 @@ from common.log import Logger
 from watcher.contract_fetch import REFRESH_JITTER_S, RefreshState, apply_fetch, fetch, next_fetch_at
 from watcher.contract_store import load_startup, save_lkg
 from watcher.contract_verify import Accepted, NodeScope, Rejected
+from watcher.ed25519_check import SignatureCheck, check_here
 
 LKG_FILE = "contract-lkg.json"
 STATUS_FILE = "contract.json"   # what `sco-agentctl status` shows; not trusted by anyone
 
 
 def contract_message(contract: Contract) -> dict[str, Any]:
-    """The body of the ``contract`` topic; receivers rebuild it with ``contract_from_message``."""
+    """The body of the ``contract`` topic: the contract's source and its payload."""
     return {"source": contract.source, "contract": contract.to_dict()}
 
 
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """What one fetch came to, handed from the worker thread to the loop thread."""
+
+    state: RefreshState
+    outcome: Accepted | Rejected | None   # None: nothing new (304)
+    lkg_error: str = ""                   # why persisting an accepted bundle failed, if it did
+
+
 class ContractKeeper:
-    def __init__(self, config: Config, log: Logger, emit: Callable[..., Any]) -> None:
+    def __init__(self, config: Config, log: Logger, emit: Callable[..., Any],
+                 check: SignatureCheck = check_here) -> None:
         self.config = config
         self.log = log
         self.emit = emit
+        self.check = check   # the watcher's entry passes a check that runs in a child process
         self.scope = NodeScope(config.node.hall, config.node.node_class)
         self.lkg_path = os.path.join(config.paths.state_dir, LKG_FILE)
         self.status_path = os.path.join(config.paths.runtime_dir, STATUS_FILE)
@@ -55,7 +73,7 @@ class ContractKeeper:
         """Choose the start-up contract without any network; report every local file refused."""
         c = self.config.contract
         os.makedirs(self.config.paths.state_dir, mode=0o700, exist_ok=True)
-        loaded = load_startup(c.trust_dir, c.launch_path, self.lkg_path, self.scope)
+        loaded = load_startup(c.trust_dir, c.launch_path, self.lkg_path, self.scope, self.check)
         self.keys = dict(loaded.trust.keys)
         for problem in loaded.trust.problems:
             # A key file refused (unreadable, not Ed25519, world-writable) or no trust directory:
@@ -95,29 +113,40 @@ class ContractKeeper:
         except OSError as e:
             self.log.error("state.write_failed", path=self.status_path, error=str(e))
 
-    def refresh_once(self) -> bool:
-        """One conditional GET (blocking: run it in a thread). True when the contract changed."""
-        url = self.config.contract.url
-        if not url or self.state is None:
-            return False
-        old_failing = self.state.failing
-        self.state, outcome = apply_fetch(self.state, fetch(url, self.state.etag), self.scope, self.keys)
+    def fetch_once(self) -> Refresh | None:
+        """The blocking half of a refresh, for the worker thread: one conditional GET, judged, and
+        an accepted bundle persisted. Changes nothing in the keeper and emits nothing."""
+        url, state = self.config.contract.url, self.state
+        if not url or state is None:
+            return None
+        new_state, outcome = apply_fetch(state, fetch(url, state.etag), self.scope, self.keys, self.check)
         if isinstance(outcome, Accepted) and outcome.changed:
             # Persist before publishing: a crash in between must not leave us on an older one.
             try:
                 save_lkg(self.lkg_path, outcome.envelope)
             except OSError as e:
-                self.log.error("contract.lkg_write_failed", error=str(e))
+                return Refresh(new_state, outcome, str(e) or type(e).__name__)
+        return Refresh(new_state, outcome)
+
+    def adopt(self, refresh: Refresh | None) -> bool:
+        """The loop thread's half: take the new state, report it. True when the contract changed."""
+        if refresh is None or self.state is None:
+            return False
+        old_failing, self.state, outcome = self.state.failing, refresh.state, refresh.outcome
+        if isinstance(outcome, Accepted) and outcome.changed:
+            if refresh.lkg_error:
+                self.log.error("contract.lkg_write_failed", error=refresh.lkg_error)
             self.log.info("contract.accepted", serial=outcome.contract.serial, keyid=outcome.keyid)
             self.emit("contract.accepted", data={"serial": outcome.contract.serial, "keyid": outcome.keyid,
                                                  "source": "bundle"})
             self._write_status()
             return True
         if isinstance(outcome, Rejected):
-            self.counters[outcome.reason] = self.counters.get(outcome.reason, 0) + 1
             if outcome.reason != old_failing:   # a source that stays down is one event, not one a minute
-                self._rejected(outcome, "url")
+                self._rejected(outcome, "url")  # counts it, too
                 self._write_status()
+            else:
+                self.counters[outcome.reason] = self.counters.get(outcome.reason, 0) + 1
         return False
 
     async def run(self, stop: asyncio.Event, on_change: Callable[[Contract], None]) -> None:
@@ -127,7 +156,7 @@ class ContractKeeper:
         interval = self.config.contract.refresh_s
         rng = random.Random()
         while not stop.is_set():
-            if await asyncio.to_thread(self.refresh_once):
+            if self.adopt(await asyncio.to_thread(self.fetch_once)):
                 on_change(self.contract)
             due = next_fetch_at(time.monotonic(), interval, min(REFRESH_JITTER_S, interval / 6), rng.random)
             try:
@@ -135,7 +164,3 @@ class ContractKeeper:
             except TimeoutError:
                 pass
 
-
-def contract_from_message(body: dict[str, Any]) -> Contract:
-    """Rebuild a published contract; ValueError on a bad one (the receiver keeps its current one)."""
-    return Contract.from_payload(body.get("contract"), source=str(body.get("source", "bundle")))

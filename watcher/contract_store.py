@@ -32,6 +32,7 @@ from watcher.contract_verify import (
     Startup,
     choose_startup,
 )
+from watcher.ed25519_check import SignatureCheck, check_here
 
 MAX_TRUSTED_KEYS = 16  # rotation needs two or three; a full directory is a mistake
 _MAX_KEY_FILE = 4096
@@ -139,7 +140,8 @@ def save_lkg(path: str, envelope: bytes) -> None:
     write_atomic(path, envelope, mode=0o600)
 
 
-def load_startup(trust_dir: str, launch_path: str, lkg_path: str, scope: NodeScope) -> StartupLoad:
+def load_startup(trust_dir: str, launch_path: str, lkg_path: str, scope: NodeScope,
+                 check: SignatureCheck = check_here) -> StartupLoad:
     """Everything the watcher needs at start, without any network; TrustDirUnsafe passes through."""
     try:
         trust = load_trust_dir(trust_dir)
@@ -147,5 +149,5 @@ def load_startup(trust_dir: str, launch_path: str, lkg_path: str, scope: NodeSco
         raise
     except TrustDirError as exc:
         trust = TrustLoad({}, (str(exc),))
-    startup = choose_startup(read_envelope(launch_path), read_envelope(lkg_path), scope, trust.keys)
+    startup = choose_startup(read_envelope(launch_path), read_envelope(lkg_path), scope, trust.keys, check)
     return StartupLoad(startup, trust)

@@ -29,8 +29,11 @@ Decisions documented here:
 - Every failure is a ``Rejected`` with a reason from ``REASONS`` (bounded, for
   metric labels) and a human detail; nothing here raises on bad input.
 
-``cryptography`` (Ed25519: the standard library has none) is imported only on
-the first signature check, so importing this module stays cheap.
+The signature check itself is a parameter (``check``, a
+``watcher.ed25519_check.SignatureCheck``): in-process by default, in a child
+process in the watcher. ``cryptography`` (Ed25519: the standard library has
+none) is imported only on the first in-process check, so importing this module
+stays cheap.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 import ujson
 
 from common.contract import BUILTIN, Contract
+from watcher.ed25519_check import SignatureCheck, check_here
 
 PAYLOAD_TYPE = "application/vnd.sco.contract+json"
 MAX_ENVELOPE_BYTES = 256 * 1024  # a full bundle is ~1 KiB; this bounds memory and parse time
@@ -159,7 +163,8 @@ def b64decode_either(text: str) -> bytes | None:
         return None
 
 
-def verify_signatures(env: Envelope, trusted_keys: Mapping[str, bytes]) -> str | Rejected:
+def verify_signatures(env: Envelope, trusted_keys: Mapping[str, bytes],
+                      check: SignatureCheck = check_here) -> str | Rejected:
     """The keyid of the first trusted key that verifies a signature, else why not."""
     if not trusted_keys:
         return Rejected("unknown_key", "no trusted keys are loaded")
@@ -172,7 +177,7 @@ def verify_signatures(env: Envelope, trusted_keys: Mapping[str, bytes]) -> str |
             candidates.append((keyid, trusted_keys[keyid], sig))
         else:
             candidates += [(kid, public, sig) for kid, public in trusted_keys.items()]
-    first = first_verifying(message, [(public, sig) for _, public, sig in candidates])
+    first = check(message, [(public, sig) for _, public, sig in candidates])
     if first is not None:
         return candidates[first][0]
     keyids = sorted({k for k, _ in env.signatures})
@@ -182,12 +187,13 @@ def verify_signatures(env: Envelope, trusted_keys: Mapping[str, bytes]) -> str |
     return Rejected("bad_signature", f"no trusted key verifies it (keyids {shown})")
 
 
-def open_bundle(raw: bytes, trusted_keys: Mapping[str, bytes], source: str = "bundle") -> Opened | Rejected:
+def open_bundle(raw: bytes, trusted_keys: Mapping[str, bytes], source: str = "bundle",
+                check: SignatureCheck = check_here) -> Opened | Rejected:
     """Parse, verify, then validate: the contract inside a bundle, scope and serial not yet judged."""
     env = parse_envelope(raw)
     if isinstance(env, Rejected):
         return env
-    keyid = verify_signatures(env, trusted_keys)
+    keyid = verify_signatures(env, trusted_keys, check)
     if isinstance(keyid, Rejected):
         return keyid
     # Only signed bytes are parsed further (the DSSE verification order).
@@ -208,9 +214,10 @@ def decide(
     scope: NodeScope,
     trusted_keys: Mapping[str, bytes],
     source: str = "bundle",
+    check: SignatureCheck = check_here,
 ) -> Accepted | Rejected:
     """Accept ``candidate`` over ``current`` or say why not. ``current`` is untouched either way."""
-    opened = open_bundle(candidate, trusted_keys, source)
+    opened = open_bundle(candidate, trusted_keys, source, check)
     if isinstance(opened, Rejected):
         return opened
     new = opened.contract
@@ -246,6 +253,7 @@ def choose_startup(
     lkg_raw: bytes | Rejected | None,
     scope: NodeScope,
     trusted_keys: Mapping[str, bytes],
+    check: SignatureCheck = check_here,
 ) -> Startup:
     """Start on the LKG if it verifies and its serial is not below the launch subset's,
     else on the launch subset, else on BUILTIN (the caller says so loudly).
@@ -258,46 +266,8 @@ def choose_startup(
     outcomes: list[Accepted | Rejected | None] = []
     for raw, source in ((launch_raw, "launch"), (lkg_raw, "bundle")):
         outcome = raw if not isinstance(raw, bytes) else decide(
-            None if envelope is None else contract, raw, scope, trusted_keys, source)
+            None if envelope is None else contract, raw, scope, trusted_keys, source, check)
         if isinstance(outcome, Accepted):
             contract, envelope = outcome.contract, outcome.envelope
         outcomes.append(outcome)
     return Startup(contract, envelope, launch=outcomes[0], lkg=outcomes[1])
-
-
-# The watcher sets this: the Ed25519 library costs ~8 MiB in a process that would need it for
-# a few milliseconds at start and when a new bundle arrives (a 304 needs no check), so there the
-# check runs in a short-lived child (watcher/ed25519_check.py). Tests and the CLI check in-process.
-VERIFY_IN_CHILD = False
-CHILD_TIMEOUT_S = 20.0
-
-
-def first_verifying(message: bytes, candidates: list[tuple[bytes, bytes]]) -> int | None:
-    """Index of the first (public key, signature) pair that verifies ``message``, else None."""
-    if not candidates:
-        return None
-    if VERIFY_IN_CHILD:
-        from watcher.ed25519_check import check_in_child
-
-        found = check_in_child(message, candidates, CHILD_TIMEOUT_S)
-        if found is not False:
-            return found
-        # The child could not run at all (no fork, a broken interpreter): a contract must still
-        # be judged, so pay for the library here rather than refuse a good bundle.
-    return first_verifying_here(message, candidates)
-
-
-def first_verifying_here(message: bytes, candidates: list[tuple[bytes, bytes]]) -> int | None:
-    # Imported here, not at the top: see the module docstring.
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    for i, (public, sig) in enumerate(candidates):
-        if len(sig) != 64:
-            continue
-        try:
-            Ed25519PublicKey.from_public_bytes(public).verify(sig, message)
-        except (InvalidSignature, ValueError):
-            continue
-        return i
-    return None

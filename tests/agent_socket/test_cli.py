@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from executor.checkpoint_cli import checkpoint_window, main
+from sco_checkpoint.cli import checkpoint_window, main, parse_time
 from tests.agent_socket.harness import make_notice, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def cli(*args: str, path: str, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, SCO_AGENT_SOCKET=path, PYTHONPATH=REPO)
-    return subprocess.Popen([sys.executable, "-m", "executor.checkpoint_cli", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "sco_checkpoint.cli", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
@@ -83,7 +83,7 @@ def test_run_signals_the_command_and_acks_when_it_touches_the_done_file(serve, s
 def _run_with_env(path: str, out: str, window: str = "15", script: str = SAVER) -> subprocess.Popen:
     """sco-checkpoint run --signal USR1 -- sh -c SCRIPT, with $OUT for the script."""
     env = dict(os.environ, SCO_AGENT_SOCKET=path, PYTHONPATH=REPO, OUT=out)
-    return subprocess.Popen([sys.executable, "-m", "executor.checkpoint_cli", "run", "--signal", "USR1",
+    return subprocess.Popen([sys.executable, "-m", "sco_checkpoint.cli", "run", "--signal", "USR1",
                              "--window", window, "--", "sh", "-c", script], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -113,7 +113,7 @@ def test_run_acks_failed_when_the_command_fails_or_the_window_ends(serve, sock_d
 
 def test_run_without_an_agent_still_runs_the_command():
     env = dict(os.environ, SCO_AGENT_SOCKET="/nonexistent/agent.sock", PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, "-m", "executor.checkpoint_cli", "run", "--", "sh", "-c",
+    proc = subprocess.run([sys.executable, "-m", "sco_checkpoint.cli", "run", "--", "sh", "-c",
                            "exit 3"], check=False, env=env, timeout=20)
     assert proc.returncode == 3
 
@@ -133,6 +133,23 @@ def test_checkpoint_window_is_capped_by_checkpoint_by(window, left, expected):
     notice = make_notice("n", checkpoint_in=left)
     assert checkpoint_window(notice, window, now) == pytest.approx(expected, abs=0.01)
     assert checkpoint_window({"checkpoint_by": "garbage"}, window, now) == window
+    assert checkpoint_window({}, window, now) == window
+
+
+@pytest.mark.parametrize("epoch", [0.0, 1_790_000_000.125, 253402300799.0])
+def test_parse_time_reads_what_the_agent_writes(epoch):
+    """The stdlib parser agrees with the agent's own formatter and parser (common.timefmt)."""
+    from common.timefmt import format_rfc3339, parse_rfc3339
+
+    text = format_rfc3339(epoch)
+    assert parse_time(text) == pytest.approx(parse_rfc3339(text), abs=1e-6)
+    assert parse_time(text.replace("Z", "+02:00")) == pytest.approx(epoch - 7200, abs=1e-3)
+
+
+@pytest.mark.parametrize("text", [None, 17, "", "garbage", "2026-11-29T12:00:00", "2026-11-29", "9" * 50])
+def test_parse_time_refuses_anything_without_an_offset(text):
+    with pytest.raises(ValueError):
+        parse_time(text)
 
 
 def test_stdout_of_wait_is_only_the_notice(serve):

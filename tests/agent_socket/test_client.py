@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from executor.checkpoint_client import (
+from sco_checkpoint.client import (
     Connection,
     ProtocolError,
     ack_notice,

@@ -134,13 +134,13 @@ class Injector:
         elif f.kind == "metadata_hang":
             s.meta.fault("hang", seconds=METADATA_HANG_S)
         elif f.kind == "api_500":
-            self.rule_ids[id(f)] = s.kube.fault("", "error", status=500)
+            self.rule_ids[id(f)] = s.kube.fault("status", status=500)
         elif f.kind == "api_429":
-            self.rule_ids[id(f)] = s.kube.fault("", "error", status=429, retry_after=1)
+            self.rule_ids[id(f)] = s.kube.fault("status", status=429, retry_after=1)
         elif f.kind == "api_timeout":
-            self.rule_ids[id(f)] = s.kube.fault("", "hang", seconds=API_HANG_S)
+            self.rule_ids[id(f)] = s.kube.fault("hang", seconds=API_HANG_S)
         elif f.kind == "api_slow":
-            self.rule_ids[id(f)] = s.kube.fault("", "latency", seconds=API_HANG_S)
+            self.rule_ids[id(f)] = s.kube.fault("delay", seconds=API_HANG_S)
         elif f.kind in ("api_down", "api_down_long"):
             s.kube.down("refuse")
         elif f.kind == "vector_down":
@@ -167,7 +167,7 @@ class Injector:
         elif f.kind in ("metadata_error", "metadata_hang"):
             s.meta.clear_faults()
         elif f.kind in ("api_500", "api_429", "api_timeout", "api_slow"):
-            s.kube.control("DELETE", f"faults/{self.rule_ids.pop(id(f))}")
+            s.kube.remove_fault(self.rule_ids.pop(id(f)))
         elif f.kind in ("api_down", "api_down_long"):
             s.kube.up()
         elif f.kind == "vector_down":

@@ -56,7 +56,7 @@ class KubeChaos(ChaosRun):
             # replacement would land on node-a as soon as the withdrawal uncordons it.
             kube.add_pod(name, NODE, grace=plan.grace_s)
         self.own_pods |= {f"default/{name}" for name in self.pods}
-        self.log_since = kube.control("GET", "log?since=0")["last"]
+        self.log_since = kube.last_request_seq()
 
     def _left(self) -> tuple[str, ...]:
         return tuple(sorted(self.stack.kube.pod_names(NODE)))
@@ -71,7 +71,7 @@ class KubeChaos(ChaosRun):
                 left = ()
             except TimeoutError:
                 left = self._left()
-        log = kube.log(self.log_since)
+        log = kube.requests(since=self.log_since)
         extra = invariants.duplicate_evictions(log) + invariants.foreign_writes(log, NODE, self.own_pods)
         bystanders = {p["metadata"]["name"] for p in kube.pods(OTHER_NODE) if not p["metadata"].get("deletionTimestamp")}
         if bystanders != set(OTHER_PODS):

@@ -1,4 +1,4 @@
-"""watcher.contract_cli: keygen, sign, verify, show through main(argv)."""
+"""agentctl.contract_cli: keygen, sign, verify, show through main(argv)."""
 from __future__ import annotations
 
 import io
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agentctl.contract_cli import main
 from tests.contract.conftest import payload
-from watcher.contract_cli import main
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -5,8 +5,6 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
 from watcher.contract_store import parse_public_key
 from watcher.contract_verify import Accepted, NodeScope, decide
 
@@ -16,8 +14,8 @@ USER_DATA = Path(__file__).resolve().parents[2] / "deploy" / "cloud-init" / "use
 def _write_files() -> dict[str, str]:
     """path -> content of each write_files entry, read without a YAML library.
 
-    Enough for this file's shape (``- path:`` then ``content: |`` blocks); the
-    real YAML parse is the next test, when PyYAML is installed.
+    Enough for this file's shape (``- path:`` then ``content: |`` blocks); cloud-init's own
+    parse and write_files rendering are tests/referees/test_cloud_init.py.
     """
     files: dict[str, str] = {}
     path = None
@@ -53,13 +51,3 @@ def test_launch_subset_verifies_with_the_shipped_trust_key() -> None:
                  NodeScope("example-hall-1", "any-class"), trust, source="launch")
     assert isinstance(out, Accepted), out
     assert out.contract.serial == 41 and out.contract.drain.budget_s == 100
-
-
-def test_parses_as_yaml_with_expected_modes() -> None:
-    yaml = pytest.importorskip("yaml")  # not an agent dependency; checked where available
-    doc = yaml.safe_load(USER_DATA.read_text(encoding="utf-8"))
-    entries = {f["path"]: f for f in doc["write_files"]}
-    assert set(entries) == set(_write_files())
-    for entry in entries.values():
-        assert entry["owner"] == "root:root" and entry["permissions"] == "0644"
-        assert entry["content"] == _write_files()[entry["path"]]

@@ -16,6 +16,7 @@ from watcher.contract_verify import (
     NodeScope,
     Rejected,
     b64decode_either,
+    choose_startup,
     decide,
     pae,
     parse_envelope,
@@ -241,18 +242,44 @@ def test_child_check_gives_the_same_answers_without_loading_the_library():
     sig = k.private.sign(msg)
     code = f"""
 import sys
-from watcher import contract_verify
-from watcher.ed25519_check import check_in_child
+from watcher.ed25519_check import check_in_child, in_child
 msg = {msg!r}
 pairs = [({other.raw_public!r}, {sig!r}), ({k.raw_public!r}, {sig!r})]
 assert check_in_child(msg, pairs, 30) == 1
 assert check_in_child(msg, pairs[:1], 30) is None
-contract_verify.VERIFY_IN_CHILD = True
-assert contract_verify.first_verifying(msg, pairs) == 1
-assert contract_verify.first_verifying(b"tampered", pairs) is None
+check = in_child(30)
+assert check(msg, pairs) == 1
+assert check(b"tampered", pairs) is None
 print("cryptography" in sys.modules)
 """
     # The test's own interpreter has imported cryptography already; judge a fresh one.
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_the_signature_check_is_the_one_passed_in(key: Key, tmp_path) -> None:
+    """decide, choose_startup, apply_fetch and load_startup all use the caller's check, not a global."""
+    from watcher.contract_fetch import FetchResult, RefreshState, apply_fetch
+    from watcher.contract_store import load_startup
+
+    asked: list[int] = []
+
+    def refuse(message: bytes, candidates: list[tuple[bytes, bytes]]) -> int | None:
+        asked.append(len(candidates))
+        return None
+
+    trusted = {key.keyid: key.raw_public}
+    bundle = key.bundle(payload(6))
+    assert isinstance(decide(None, bundle, SCOPE, trusted), Accepted)   # the default: checked here
+    assert decide(None, bundle, SCOPE, trusted, check=refuse).reason == "bad_signature"
+    assert choose_startup(bundle, None, SCOPE, trusted, check=refuse).contract is BUILTIN
+    _, outcome = apply_fetch(RefreshState(BUILTIN), FetchResult(200, '"v6"', bundle), SCOPE, trusted, check=refuse)
+    assert isinstance(outcome, Rejected) and outcome.reason == "bad_signature"
+    trust = tmp_path / "trust"
+    trust.mkdir(mode=0o700)
+    (trust / f"{key.keyid}.pub").write_bytes(key.raw_public)
+    (tmp_path / "lkg.json").write_bytes(bundle)
+    loaded = load_startup(str(trust), str(tmp_path / "none.json"), str(tmp_path / "lkg.json"), SCOPE, check=refuse)
+    assert loaded.startup.contract is BUILTIN and loaded.startup.lkg.reason == "bad_signature"
+    assert asked == [1, 1, 1, 1]

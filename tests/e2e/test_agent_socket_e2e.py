@@ -19,7 +19,7 @@ CLIENTS = 50
 # with (one line per call), and answers "checkpointed".
 CLIENT_HOST = r"""
 import sys, threading, time, json
-from executor.checkpoint_client import on_notice
+from sco_checkpoint.client import on_notice
 out = open(sys.argv[1], "a", buffering=1)
 lock = threading.Lock()
 def make(i):

@@ -14,13 +14,13 @@ def test_dry_run_changes_nothing_on_the_api_server(tmp_path, dry_run):
                contract={"budget_s": 30, "checkpoint_s": 1, "evict_s": 10, "margin_s": 5}) as s:
         for i in range(3):
             s.kube.add_pod(f"web-{i}", NODE, owner=("ReplicaSet", "web"))
-        s.kube.clear_log()
+        s.kube.clear_requests()
         doc = s.publish_notice(deadline_in=60)
         if dry_run:
             actions = wait_for(lambda: (a := {e["data"].get("action") for e in s.events_of("drain.dry_run", doc["id"])})
                                >= {"cordon+taint", "evict"} and a, 20, "dry-run actions recorded")
             assert "cordon+taint" in actions
-            writes = [r for r in s.kube.log() if r["method"] in ("PATCH", "POST", "PUT", "DELETE")]
+            writes = [r for r in s.kube.requests() if r["method"] in ("PATCH", "POST", "PUT", "DELETE")]
             assert writes == []
             assert not s.cordoned()
             assert s.kube.pod_names(NODE) >= {"web-0", "web-1", "web-2"}

@@ -127,19 +127,35 @@ class ControlClient:
     def faults(self) -> list[dict[str, Any]]:
         return self.call("faults")
 
+    def remove_fault(self, rule_id: int) -> None:
+        self.call("faults/remove", {"id": rule_id})
+
     def clear_faults(self) -> None:
         self.call("faults/clear")
 
-    def requests(self, path: str = "") -> list[dict[str, Any]]:
-        """The request log (oldest first), optionally only paths starting with ``path``."""
-        return self.call("requests", {"path": path})
+    def requests(self, path: str = "", since: int = 0) -> list[dict[str, Any]]:
+        """The request log (oldest first): entries after ``since`` whose path starts with ``path``.
+
+        An entry has ``seq``, ``time``, ``duration``, ``method``, ``path``, ``query``, the
+        emulator's logged ``headers``, ``user``, ``status`` (``None``: no answer) and
+        ``fault`` (the mode that fired), plus what the emulator adds (Kubernetes: ``body``).
+        """
+        return self.call("requests", {"path": path, "since": since})
+
+    def last_request_seq(self) -> int:
+        """The ``seq`` of the newest logged request (0: none yet); for ``requests(since=)``."""
+        return self.call("requests/last")
 
     def clear_requests(self) -> None:
         self.call("requests/clear")
 
-    def set_listening(self, enabled: bool) -> None:
-        """``False``: close the service port so clients get 'connection refused'."""
-        self.call("listen", {"enabled": enabled})
+    def down(self, mode: str = "refuse", seconds: float | None = None) -> None:
+        """``refuse``: clients get 'connection refused'; ``reset``: connections are reset
+        unanswered. Open connections are cut; ``seconds``: back up by itself after that."""
+        self.call("down", {"mode": mode, "seconds": seconds})
+
+    def up(self) -> None:
+        self.call("up")
 
     def wait_until(self, probe: Callable[[], T | None], timeout: float = 5.0,
                    interval: float = 0.02) -> T:

@@ -5,13 +5,13 @@
         kube.kubectl("drain", "n1", "--ignore-daemonsets", check=True)
         assert kube.evictions() == [("default", "web-1", 201)]
 
-The process is stopped by its PID (SIGTERM, then SIGKILL) when the block ends.
+The process runs on the shared emulator shell (``tests.emulators._process``) and is stopped
+by its PID (SIGTERM, then SIGKILL) when the block ends. Control helpers (seed, faults,
+request log, down/up) come from ``KubeControl``; the Kubernetes API helpers are here.
 """
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,19 +19,18 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.emulators.kube import objects
+from tests.emulators._process import EmulatorProcess
+from tests.emulators.kube.client import KubeControl
 from tests.emulators.kube.kubeconfig import write_kubeconfig
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
 class KubeEmuError(RuntimeError):
-    """The emulator failed to start, or a control call was refused."""
+    """The emulator failed to start, or an API call was refused."""
 
 
 def kubectl_path() -> str:
@@ -58,83 +57,17 @@ def _http(method: str, url: str, body: Any = None, content_type: str = "applicat
         return code, raw.decode("utf-8", "replace")
 
 
-@dataclass
-class KubeEmulator:
+class KubeEmulator(KubeControl):
     """A running emulator process: its URLs, kubeconfig, and test helpers."""
 
-    url: str
-    control_url: str
-    kubeconfig: Path
-    pid: int
-    token: str
-    cache_dir: Path
-
-    # ----- control API -----
-    def control(self, method: str, path: str, body: Any = None) -> Any:
-        code, doc = _http(method, f"{self.control_url}/_emu/{path}", body)
-        if code != 200:
-            raise KubeEmuError(f"{method} /_emu/{path}: {code} {doc}")
-        return doc
-
-    def seed(self, *manifests: dict[str, Any]) -> list[dict[str, Any]]:
-        """Store objects as given (status kept); controllers settle before this returns."""
-        return self.control("POST", "seed", {"objects": list(manifests)})["created"]
-
-    def add_node(self, name: str, **kw: Any) -> dict[str, Any]:
-        """Seed ``objects.node(name, **kw)``."""
-        return self.seed(objects.node(name, **kw))[0]
-
-    def add_pod(self, name: str, node: str | None = None, *, owner: tuple[str, str] | dict[str, Any] | None = None,
-                **kw: Any) -> dict[str, Any]:
-        """Seed ``objects.pod``; ``owner=("ReplicaSet", "web")`` adds a controller ownerReference."""
-        ref = objects.owner_ref(*owner) if isinstance(owner, tuple) else owner
-        return self.seed(objects.pod(name, node, owner=ref, **kw))[0]
-
-    def add_pdb(self, name: str, match_labels: dict[str, str], **kw: Any) -> dict[str, Any]:
-        return self.seed(objects.pdb(name, match_labels, **kw))[0]
-
-    def add_daemonset(self, name: str, **kw: Any) -> dict[str, Any]:
-        return self.seed(objects.daemonset(name, **kw))[0]
-
-    def reset(self) -> None:
-        self.control("POST", "reset")
-
-    def tick(self) -> None:
-        """Run the simulated kubelet/controllers once, now."""
-        self.control("POST", "tick")
-
-    def set_options(self, **changes: Any) -> dict[str, Any]:
-        """Runtime settings: kubelet, grace_cap, start_delay, replicasets, tokens."""
-        return self.control("POST", "options", changes)
-
-    def log(self, since: int = 0) -> list[dict[str, Any]]:
-        """API requests served: dicts with seq, time, method, path, status, user, body, fault."""
-        return self.control("GET", f"log?since={since}")["entries"]
-
-    def clear_log(self) -> None:
-        self.control("DELETE", "log")
-
-    def evictions(self, since: int = 0) -> list[tuple[str, str, int]]:
-        """(namespace, pod, status) of every eviction POST, in arrival order."""
-        out = []
-        for e in self.log(since):
-            parts = e["path"].split("?")[0].strip("/").split("/")
-            if e["method"] == "POST" and len(parts) == 7 and parts[6] == "eviction":
-                out.append((parts[3], parts[5], e["status"]))
-        return out
-
-    def fault(self, path: str, action: str = "error", **rule: Any) -> int:
-        """Add a fault rule (see tests/emulators/kube/faults.py); returns its id."""
-        return self.control("POST", "faults", {"path": path, "action": action, **rule})["id"]
-
-    def clear_faults(self) -> None:
-        self.control("DELETE", "faults")
-
-    def down(self, mode: str = "refuse", seconds: float | None = None) -> None:
-        self.control("POST", "down", {"mode": mode, "seconds": seconds})
-
-    def up(self) -> None:
-        self.control("POST", "up")
+    def __init__(self, process: EmulatorProcess, kubeconfig: Path, token: str, cache_dir: Path) -> None:
+        super().__init__(process.info["control_url"])
+        self.process = process
+        self.url: str = process.info["url"]
+        self.pid: int = process.pid
+        self.kubeconfig = kubeconfig
+        self.token = token
+        self.cache_dir = cache_dir
 
     # ----- the Kubernetes API -----
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
@@ -180,29 +113,6 @@ class KubeEmulator:
         return proc
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], ready_file: Path, log_file: Path, timeout: float) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise KubeEmuError(f"emulator exited {proc.returncode}: {log_file.read_text()[-2000:]}")
-        if ready_file.exists():
-            lines = ready_file.read_text().split()
-            if len(lines) == 2:
-                return int(lines[0]), int(lines[1])
-        time.sleep(0.02)
-    raise KubeEmuError(f"emulator not ready within {timeout}s: {log_file.read_text()[-2000:]}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-
-
 @contextmanager
 def kube_emulator(workdir: Path, *, policy_versions: tuple[str, ...] = ("v1",), grace_cap: float = 0.2,
                   start_delay: float = 0.0, kubelet: bool = True, replicasets: bool = True,
@@ -215,27 +125,23 @@ def kube_emulator(workdir: Path, *, policy_versions: tuple[str, ...] = ("v1",), 
     written kubeconfig (``workdir/kubeconfig``) presents.
     """
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    ready_file, log_file = workdir / "kube-emu.ready", workdir / "kube-emu.log"
-    ready_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tests.emulators.kube_apiserver", "--port", "0", "--ready-file", str(ready_file),
-           "--policy-versions", ",".join(policy_versions), "--grace-cap", str(grace_cap),
-           "--start-delay", str(start_delay), "--tick", str(tick)]
+    args = ["--policy-versions", ",".join(policy_versions), "--grace-cap", str(grace_cap),
+            "--start-delay", str(start_delay), "--tick", str(tick)]
     if server_version:
-        cmd += ["--server-version", server_version]
+        args += ["--server-version", server_version]
     if not kubelet:
-        cmd.append("--no-kubelet")
+        args.append("--no-kubelet")
     if not replicasets:
-        cmd.append("--no-replicasets")
+        args.append("--no-replicasets")
     for tok, user in (tokens or {}).items():
-        cmd += ["--token", f"{tok}={user}"]
-    with open(log_file, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        args += ["--token", f"{tok}={user}"]
+    process = EmulatorProcess("tests.emulators.kube_apiserver", args, workdir, ready_timeout)
     try:
-        port, control_port = _wait_ready(proc, ready_file, log_file, ready_timeout)
-        url = f"http://127.0.0.1:{port}"
-        kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, token)
-        yield KubeEmulator(url=url, control_url=f"http://127.0.0.1:{control_port}", kubeconfig=kubeconfig,
-                           pid=proc.pid, token=token, cache_dir=workdir / "kube-cache")
+        process.start()
+    except (RuntimeError, TimeoutError) as err:
+        raise KubeEmuError(str(err)) from err
+    try:
+        kubeconfig = write_kubeconfig(workdir / "kubeconfig", process.info["url"], token)
+        yield KubeEmulator(process, kubeconfig, token, workdir / "kube-cache")
     finally:
-        _stop(proc)
+        process.stop()

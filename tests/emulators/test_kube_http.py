@@ -10,7 +10,6 @@ import pytest
 
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
-from tests.emulators.kube.control import seed
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -52,7 +51,7 @@ def server() -> Iterator[KubeApiServer]:
 @pytest.fixture
 def api(server: KubeApiServer) -> Iterator[Client]:
     server.reset()
-    seed(server, [o.node("n1"), o.node("n2"), o.node("n3", unschedulable=True)])
+    server.app.seed([o.node("n1"), o.node("n2"), o.node("n3", unschedulable=True)])
     client = Client(server)
     yield client
     client.conn.close()
@@ -86,7 +85,7 @@ def test_a_1_20_server_serves_policy_v1beta1_only() -> None:
         assert entry["version"] == "v1beta1"
         assert api.call("GET", "/apis/policy/v1")[0] == 404
         assert api.ok("GET", "/version")["gitVersion"] == "v1.20.2"
-        seed(srv, [o.node("n1"), o.pod("p", "n1")])
+        srv.app.seed([o.node("n1"), o.pod("p", "n1")])
         code, doc, _ = api.call("POST", "/api/v1/namespaces/default/pods/p/eviction",
                                 {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}})
         assert code == 400, doc
@@ -96,8 +95,8 @@ def test_a_1_20_server_serves_policy_v1beta1_only() -> None:
 
 # ----- lists, selectors, pagination -----
 def test_list_shape_and_field_selectors(api: Client) -> None:
-    api.server.set_options({"replicasets": False})  # keep the unbound pod unscheduled
-    seed(api.server, [o.pod("a", "n1"), o.pod("b", "n2"), o.pod("c", None, phase=None, namespace="kube-system")])
+    api.server.set_options(replicasets=False)  # keep the unbound pod unscheduled
+    api.server.app.seed([o.pod("a", "n1"), o.pod("b", "n2"), o.pod("c", None, phase=None, namespace="kube-system")])
     doc = api.ok("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1")
     assert doc["kind"] == "PodList" and doc["apiVersion"] == "v1" and doc["metadata"]["resourceVersion"]
     assert [p["metadata"]["name"] for p in doc["items"]] == ["a"]
@@ -114,8 +113,8 @@ def test_unsupported_field_selector_is_400(api: Client) -> None:
 
 
 def test_label_selector_set_based(api: Client) -> None:
-    seed(api.server, [o.pod("a", "n1", labels={"app": "web"}), o.pod("b", "n1", labels={"app": "db"}),
-                      o.pod("c", "n1")])
+    api.server.app.seed([o.pod("a", "n1", labels={"app": "web"}), o.pod("b", "n1", labels={"app": "db"}),
+                         o.pod("c", "n1")])
     names = lambda q: [p["metadata"]["name"] for p in api.ok("GET", f"/api/v1/pods?labelSelector={q}")["items"]]
     assert names("app%20in%20(web,db)") == ["a", "b"]
     assert names("app%20notin%20(web)") == ["b", "c"]
@@ -124,7 +123,7 @@ def test_label_selector_set_based(api: Client) -> None:
 
 
 def test_pagination_with_continue(api: Client) -> None:
-    seed(api.server, [o.pod(f"p{i}", "n1") for i in range(7)])
+    api.server.app.seed([o.pod(f"p{i}", "n1") for i in range(7)])
     first = api.ok("GET", "/api/v1/namespaces/default/pods?limit=3")
     assert [p["metadata"]["name"] for p in first["items"]] == ["p0", "p1", "p2"]
     assert first["metadata"]["remainingItemCount"] == 4
@@ -218,7 +217,7 @@ def test_noop_patch_keeps_resource_version(api: Client) -> None:
 
 
 def test_status_subresource_and_main_resource_split(api: Client) -> None:
-    seed(api.server, [o.pod("p", "n1")])
+    api.server.app.seed([o.pod("p", "n1")])
     api.ok("PATCH", "/api/v1/namespaces/default/pods/p", {"status": {"phase": "Failed"}, "metadata": {
         "labels": {"x": "1"}}}, MERGE)
     pod = api.ok("GET", "/api/v1/namespaces/default/pods/p")
@@ -229,8 +228,8 @@ def test_status_subresource_and_main_resource_split(api: Client) -> None:
 
 # ----- deletion -----
 def test_graceful_deletion_then_kubelet_removes(api: Client) -> None:
-    api.server.set_options({"replicasets": False})
-    seed(api.server, [o.pod("p", "n1", grace=30), o.pod("floating", None, phase=None)])
+    api.server.set_options(replicasets=False)
+    api.server.app.seed([o.pod("p", "n1", grace=30), o.pod("floating", None, phase=None)])
     deleted = api.ok("DELETE", "/api/v1/namespaces/default/pods/p")
     assert deleted["metadata"]["deletionGracePeriodSeconds"] == 30 and deleted["metadata"]["deletionTimestamp"]
     assert api.call("GET", "/api/v1/namespaces/default/pods/p")[0] == 200
@@ -240,7 +239,7 @@ def test_graceful_deletion_then_kubelet_removes(api: Client) -> None:
 
 
 def test_pod_that_never_terminates_and_force_delete(api: Client) -> None:
-    seed(api.server, [o.pod("stuck", "n1", terminate_after="never")])
+    api.server.app.seed([o.pod("stuck", "n1", terminate_after="never")])
     api.ok("DELETE", "/api/v1/namespaces/default/pods/stuck")
     for _ in range(5):
         api.server.controllers.run_once()
@@ -254,7 +253,7 @@ def test_pod_that_never_terminates_and_force_delete(api: Client) -> None:
 
 
 def test_replicaset_pod_is_replaced_on_a_schedulable_node(api: Client) -> None:
-    seed(api.server, [o.pod("web-1", "n1", labels={"app": "web"}, owner=RS)])
+    api.server.app.seed([o.pod("web-1", "n1", labels={"app": "web"}, owner=RS)])
     api.ok("PATCH", "/api/v1/nodes/n1", {"spec": {"unschedulable": True}}, SMP)
     api.ok("DELETE", "/api/v1/namespaces/default/pods/web-1?gracePeriodSeconds=0")
     pods = _wait(api.server, lambda: [p for p in api.ok("GET", "/api/v1/pods?labelSelector=app%3Dweb")["items"]
@@ -272,7 +271,7 @@ def _evict(api: Client, name: str, body_name: str | None = None, **extra: Any) -
 
 
 def test_eviction_success_is_201_status(api: Client) -> None:
-    seed(api.server, [o.pod("p", "n1")])
+    api.server.app.seed([o.pod("p", "n1")])
     assert _evict(api, "p") == (201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                       "status": "Success", "code": 201})
     pod = api.ok("GET", "/api/v1/namespaces/default/pods/p")
@@ -281,7 +280,7 @@ def test_eviction_success_is_201_status(api: Client) -> None:
 
 
 def test_eviction_errors(api: Client) -> None:
-    seed(api.server, [o.pod("p", "n1")])
+    api.server.app.seed([o.pod("p", "n1")])
     code, doc = _evict(api, "p", body_name="q")
     assert code == 400 and doc["message"] == "name in URL does not match name in Eviction object"
     code, doc = _evict(api, "ghost")
@@ -292,8 +291,8 @@ def test_eviction_errors(api: Client) -> None:
 
 
 def test_eviction_respects_pdb_and_honours_grace_period(api: Client) -> None:
-    seed(api.server, [o.pod("a", "n1", labels={"app": "db"}), o.pod("b", "n1", labels={"app": "db"}),
-                      o.pdb("db", {"app": "db"}, min_available=1)])
+    api.server.app.seed([o.pod("a", "n1", labels={"app": "db"}), o.pod("b", "n1", labels={"app": "db"}),
+                         o.pdb("db", {"app": "db"}, min_available=1)])
     code, _ = _evict(api, "a", deleteOptions={"gracePeriodSeconds": 7})
     assert code == 201
     assert api.ok("GET", "/api/v1/namespaces/default/pods/a")["metadata"]["deletionGracePeriodSeconds"] == 7
@@ -307,16 +306,16 @@ def test_eviction_respects_pdb_and_honours_grace_period(api: Client) -> None:
 
 
 def test_eviction_with_frozen_unobserved_pdb_says_still_processing(api: Client) -> None:
-    seed(api.server, [o.pod("a", "n1", labels={"app": "db"}),
-                      o.pdb("db", {"app": "db"}, frozen_status={"observedGeneration": 0, "disruptionsAllowed": 3})])
+    api.server.app.seed([o.pod("a", "n1", labels={"app": "db"}),
+                         o.pdb("db", {"app": "db"}, frozen_status={"observedGeneration": 0, "disruptionsAllowed": 3})])
     code, doc, resp = api.call("POST", "/api/v1/namespaces/default/pods/a/eviction", {"metadata": {"name": "a"}})
     assert code == 429 and resp.getheader("Retry-After") == "10"
     assert doc["details"]["causes"][0]["message"] == "The disruption budget db is still being processed by the server."
 
 
 def test_pdb_status_is_maintained_by_the_disruption_controller(api: Client) -> None:
-    seed(api.server, [o.pod(f"w{i}", "n1", labels={"app": "w"}, owner=RS) for i in range(3)]
-         + [o.pdb("w", {"app": "w"}, max_unavailable=1)])
+    api.server.app.seed([o.pod(f"w{i}", "n1", labels={"app": "w"}, owner=RS) for i in range(3)]
+                        + [o.pdb("w", {"app": "w"}, max_unavailable=1)])
     status = api.ok("GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/w")["status"]
     assert (status["expectedPods"], status["currentHealthy"], status["disruptionsAllowed"]) == (3, 3, 1)
     assert _evict(api, "w0")[0] == 201
@@ -329,9 +328,9 @@ def test_pdb_status_is_maintained_by_the_disruption_controller(api: Client) -> N
 
 def test_budget_stays_closed_until_the_replacement_is_healthy(api: Client) -> None:
     """Between a pod's removal and its replacement running, a real budget allows nothing."""
-    seed(api.server, [o.pod(f"w{i}", "n1", labels={"app": "w"}, owner=RS) for i in range(3)]
-         + [o.pdb("w", {"app": "w"}, max_unavailable=1)])
-    api.server.set_options({"start_delay": 3600.0})  # replacements stay Pending
+    api.server.app.seed([o.pod(f"w{i}", "n1", labels={"app": "w"}, owner=RS) for i in range(3)]
+                        + [o.pdb("w", {"app": "w"}, max_unavailable=1)])
+    api.server.set_options(start_delay=3600.0)  # replacements stay Pending
     assert _evict(api, "w0")[0] == 201
     # Right after the pass that removed w0 (nothing else has run since):
     _wait(api.server, lambda: api.call("GET", "/api/v1/namespaces/default/pods/w0")[0] == 404)

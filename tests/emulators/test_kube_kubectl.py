@@ -23,7 +23,7 @@ def kube(tmp_path: Path) -> Iterator[KubeEmulator]:
 
 
 def _patches(kube: KubeEmulator, node: str) -> list[dict]:
-    return [e for e in kube.log() if e["method"] == "PATCH" and e["path"].startswith(f"/api/v1/nodes/{node}")]
+    return [e for e in kube.requests() if e["method"] == "PATCH" and e["path"].startswith(f"/api/v1/nodes/{node}")]
 
 
 # ----- (a) get, cordon, uncordon, taint, create, delete -----
@@ -39,7 +39,7 @@ def test_cordon_then_uncordon(kube: KubeEmulator) -> None:
     assert kube.kubectl("cordon", "n1", check=True).stdout.strip() == "node/n1 cordoned"
     assert kube.node("n1")["spec"]["unschedulable"] is True
     (patch,) = _patches(kube, "n1")
-    assert patch["content_type"] == SMP and patch["body"] == {"spec": {"unschedulable": True}}
+    assert patch["headers"]["content-type"] == SMP and patch["body"] == {"spec": {"unschedulable": True}}
     assert "Ready,SchedulingDisabled" in kube.kubectl("get", "node", "n1", check=True).stdout
     assert kube.kubectl("cordon", "n1", check=True).stdout.strip() == "node/n1 already cordoned"
     assert kube.kubectl("uncordon", "n1", check=True).stdout.strip() == "node/n1 uncordoned"
@@ -52,7 +52,7 @@ def test_taint_sends_the_whole_list_and_adds_to_existing_taints(kube: KubeEmulat
     assert kube.node("n3")["spec"]["taints"] == [{"key": "c", "value": "d", "effect": "NoExecute"},
                                                   {"key": "a", "value": "b", "effect": "NoSchedule"}]
     (patch,) = _patches(kube, "n3")
-    assert patch["content_type"] == SMP and len(patch["body"]["spec"]["taints"]) == 2  # the complete list
+    assert patch["headers"]["content-type"] == SMP and len(patch["body"]["spec"]["taints"]) == 2  # the complete list
     kube.kubectl("taint", "nodes", "n3", "a-", check=True)
     assert kube.node("n3")["spec"]["taints"] == [{"key": "c", "value": "d", "effect": "NoExecute"}]
 
@@ -108,9 +108,9 @@ def test_drain_ends_as_on_a_real_cluster(kube: KubeEmulator) -> None:
     db = [(name, code) for _, name, code in evictions if name.startswith("db-")]
     refused = {name for name, code in db if code == 429}
     assert len(refused) == 1 and db[-1] == (refused.pop(), 201)
-    bodies = [e["body"] for e in kube.log() if e["path"].endswith("/eviction")]
+    bodies = [e["body"] for e in kube.requests() if e["path"].endswith("/eviction")]
     assert all(b["apiVersion"] == "policy/v1" and b["kind"] == "Eviction" for b in bodies)
-    assert not [e for e in kube.log() if e["method"] == "DELETE"]
+    assert not [e for e in kube.requests() if e["method"] == "DELETE"]
 
 
 def test_drain_against_a_1_20_server_uses_v1beta1_evictions(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_drain_against_a_1_20_server_uses_v1beta1_evictions(tmp_path: Path) -> N
         kube.add_pod("web-1", "n1", owner=("ReplicaSet", "web-7c9"))
         kube.add_pdb("web", {"app": "web"}, min_available=0, api_version="policy/v1beta1")
         assert kube.kubectl(*DRAIN, "--timeout=30s").returncode == 0
-        (body,) = [e["body"] for e in kube.log() if e["path"].endswith("/eviction")]
+        (body,) = [e["body"] for e in kube.requests() if e["path"].endswith("/eviction")]
         assert body["apiVersion"] == "policy/v1beta1"
         assert kube.pod_names("n1") == set()
 
@@ -148,7 +148,7 @@ def test_drain_without_eviction_support_falls_back_to_delete(tmp_path: Path) -> 
         kube.add_node("n1")
         kube.add_pod("web-1", "n1", owner=("ReplicaSet", "web-7c9"), grace=20)
         assert kube.kubectl(*DRAIN, "--timeout=30s", "--grace-period=3").returncode == 0
-        (delete,) = [e for e in kube.log() if e["method"] == "DELETE"]
+        (delete,) = [e for e in kube.requests() if e["method"] == "DELETE"]
         assert delete["path"] == "/api/v1/namespaces/default/pods/web-1"
         assert delete["body"]["gracePeriodSeconds"] == 3 and kube.evictions() == []
         assert kube.pod_names("n1") == set()
@@ -170,7 +170,7 @@ def test_token_map_accepts_the_agent_token_and_refuses_the_rest(tmp_path: Path) 
         assert kube.request("GET", "/api/v1/nodes/n1")[0] == 200
         refused = kube.kubectl("get", "node", "n1")
         assert refused.returncode != 0 and "provide credentials" in refused.stderr
-        assert {(e["user"], e["status"]) for e in kube.log()} >= {("system:serviceaccount:sco:agent", 200),
+        assert {(e["user"], e["status"]) for e in kube.requests()} >= {("system:serviceaccount:sco:agent", 200),
                                                                   (None, 401)}
 
 

@@ -1,4 +1,5 @@
-"""Watch streams, auth, fault injection, 'down', tables and the control API of the emulator."""
+"""Watch streams, auth, fault injection, 'down', tables and the control API of the emulator,
+all served by the shared emulator shell."""
 from __future__ import annotations
 
 import http.client
@@ -10,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.emulators._control import ControlError
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
-from tests.emulators.kube.control import seed
 from tests.emulators.test_kube_http import Client
 
 
@@ -25,7 +26,7 @@ def server() -> Iterator[KubeApiServer]:
 @pytest.fixture
 def api(server: KubeApiServer) -> Iterator[Client]:
     server.reset()
-    seed(server, [o.node("n1"), o.node("n2")])
+    server.app.seed([o.node("n1"), o.node("n2")])
     client = Client(server)
     yield client
     client.conn.close()
@@ -65,7 +66,7 @@ def test_watch_from_resource_version_sees_changes_in_order(api: Client) -> None:
 
 
 def test_watch_with_selectors_turns_leaving_into_deleted(api: Client) -> None:
-    seed(api.server, [o.pod("mine", "n1", labels={"app": "a"}), o.pod("theirs", "n2", labels={"app": "a"})])
+    api.server.app.seed([o.pod("mine", "n1", labels={"app": "a"}), o.pod("theirs", "n2", labels={"app": "a"})])
     conn, resp = _watch(api.server, "fieldSelector=spec.nodeName%3Dn1&labelSelector=app%3Da")
     assert _events(resp, 1) == [("ADDED", "mine")]  # no resourceVersion: current state first
     api.ok("PATCH", "/api/v1/namespaces/default/pods/theirs", {"metadata": {"labels": {"b": "1"}}},
@@ -83,7 +84,7 @@ def test_watch_ends_at_timeout(api: Client) -> None:
 
 
 def test_watch_list_sends_initial_events_then_bookmark(api: Client) -> None:
-    seed(api.server, [o.pod("a", "n1")])
+    api.server.app.seed([o.pod("a", "n1")])
     conn, resp = _watch(api.server, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
                                     "&allowWatchBookmarks=true&timeoutSeconds=5")
     assert _events(resp, 1) == [("ADDED", "a")]
@@ -95,7 +96,7 @@ def test_watch_list_sends_initial_events_then_bookmark(api: Client) -> None:
 
 def test_watch_from_compacted_resource_version_is_410() -> None:
     with KubeApiServer(options=Options(history=10), run_controllers=False) as srv:
-        seed(srv, [o.node(f"n{i}") for i in range(20)])
+        srv.app.seed([o.node(f"n{i}") for i in range(20)])
         conn, resp = _watch(srv, "resourceVersion=1", path="/api/v1/nodes")
         event = json.loads(resp.readline())
         assert event["type"] == "ERROR" and event["object"]["code"] == 410
@@ -125,8 +126,31 @@ def test_malformed_content_length_is_400(api: Client) -> None:
         assert sock.recv(4096).startswith(b"HTTP/1.1 400")
 
 
+def test_chunked_request_body_is_read_and_the_connection_stays_usable(api: Client) -> None:
+    body = json.dumps(o.pod("chunky", "n1", phase=None)).encode()
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + b"%x\r\n%s\r\n" % (10, body[:10]) + b"%x\r\n%s\r\n" % (len(body) - 10, body[10:])
+                     + b"0\r\n\r\nGET /api/v1/namespaces/default/pods/chunky HTTP/1.1\r\nHost: x\r\n\r\n")
+        replies = b""
+        while replies.count(b"HTTP/1.1 ") < 2 or not replies.rstrip().endswith(b"}"):
+            replies += sock.recv(65536)
+    assert replies.startswith(b"HTTP/1.1 201") and b"HTTP/1.1 200" in replies
+    assert api.server.requests()[-2]["body"]["metadata"]["name"] == "chunky"
+
+
+def test_bad_chunk_framing_is_400_and_closes(api: Client) -> None:
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/nodes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400") and b'"kind":"Status"' in reply
+
+
 def test_watch_as_table_for_kubectl_get_w(api: Client) -> None:
-    seed(api.server, [o.pod("a", "n1")])
+    api.server.app.seed([o.pod("a", "n1")])
     conn = http.client.HTTPConnection("127.0.0.1", api.server.port, timeout=10)
     conn.request("GET", "/api/v1/pods?watch=1&timeoutSeconds=5",
                  headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
@@ -154,43 +178,58 @@ def test_token_map_refuses_unknown_tokens_and_logs_the_user() -> None:
         assert code == 401 and doc["reason"] == "Unauthorized"
         assert api.call("GET", "/api/v1/nodes", headers={"Authorization": "Bearer wrong"})[0] == 401
         assert api.call("GET", "/api/v1/nodes", headers={"Authorization": "Bearer s3cret"})[0] == 200
-        assert [(e["status"], e["user"]) for e in srv.log.since(0)] == [(401, None), (401, None), (200, "system:node:n1")]
+        assert [(e["status"], e["user"]) for e in srv.requests()] == [(401, None), (401, None), (200, "system:node:n1")]
 
 
 # ----- faults -----
-def test_error_fault_fires_count_times(api: Client) -> None:
-    api.server.faults.add({"path": r"/nodes/n1$", "method": "GET", "status": 503, "count": 1})
+def test_status_fault_fires_count_times_with_a_status_body(api: Client) -> None:
+    api.server.fault("status", pattern=r"/nodes/n1$", method="GET", status=503, count=1)
     code, doc, _ = api.call("GET", "/api/v1/nodes/n1")
-    assert code == 503 and doc["kind"] == "Status"
+    assert code == 503 and doc["kind"] == "Status" and doc["reason"] == "ServiceUnavailable"
     assert api.call("GET", "/api/v1/nodes/n1")[0] == 200
-    assert [(e["status"], e["fault"]) for e in api.server.log.since(0)] == [(503, "error"), (200, None)]
+    assert [(e["status"], e["fault"]) for e in api.server.requests()] == [(503, "status"), (200, None)]
+
+
+def test_pattern_matches_the_query_string_too(api: Client) -> None:
+    api.server.fault("status", pattern=r"/api/v1/pods\?", status=500)
+    assert api.call("GET", "/api/v1/pods")[0] == 200
+    assert api.call("GET", "/api/v1/pods?limit=1")[0] == 500
 
 
 def test_429_fault_carries_retry_after(api: Client) -> None:
-    api.server.faults.add({"path": "eviction", "method": "POST", "status": 429, "retry_after": 3})
-    seed(api.server, [o.pod("p", "n1")])
+    api.server.fault("status", pattern="eviction", method="POST", status=429, retry_after=3)
+    api.server.app.seed([o.pod("p", "n1")])
     code, _, resp = api.call("POST", "/api/v1/namespaces/default/pods/p/eviction", {"metadata": {"name": "p"}})
     assert code == 429 and resp.getheader("Retry-After") == "3"
     assert api.call("GET", "/api/v1/namespaces/default/pods/p")[1]["metadata"].get("deletionTimestamp") is None
 
 
-@pytest.mark.parametrize("rule", [{"action": "close"}, {"action": "hang", "seconds": 0.2}])
-def test_close_and_hang_faults_drop_the_connection(api: Client, rule: dict) -> None:
-    api.server.faults.add({"path": "/api/v1/nodes", **rule, "count": 1})
+@pytest.mark.parametrize("rule", [{"mode": "close"}, {"mode": "reset"}, {"mode": "hang", "seconds": 0.2}])
+def test_close_reset_and_hang_faults_drop_the_connection(api: Client, rule: dict) -> None:
+    api.server.fault(path="/api/v1/nodes", count=1, **rule)
     with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
         api.call("GET", "/api/v1/nodes")
-    assert api.server.log.since(0)[-1]["status"] == 0
+    assert api.server.requests()[-1]["status"] is None
 
 
-def test_latency_fault_then_normal_answer(api: Client) -> None:
-    api.server.faults.add({"path": "/api/v1/nodes", "action": "latency", "seconds": 0.05})
+def test_delay_fault_then_normal_answer(api: Client) -> None:
+    api.server.fault("delay", path="/api/v1/nodes", seconds=0.05)
     assert api.call("GET", "/api/v1/nodes")[0] == 200
-    assert api.server.log.since(0)[-1]["fault"] == "latency"
+    assert api.server.requests()[-1]["fault"] == "delay"
 
 
 def test_probability_zero_never_fires(api: Client) -> None:
-    api.server.faults.add({"path": "", "probability": 0.0})
+    api.server.fault("status", probability=0.0)
     assert all(api.call("GET", "/api/v1/nodes")[0] == 200 for _ in range(5))
+
+
+def test_removed_fault_stops_firing(api: Client) -> None:
+    rule = api.server.fault("status", status=500)
+    assert api.call("GET", "/api/v1/nodes")[0] == 500
+    api.server.remove_fault(rule)
+    assert api.call("GET", "/api/v1/nodes")[0] == 200 and api.server.faults() == []
+    with pytest.raises(ControlError, match="no fault rule"):
+        api.server.remove_fault(rule)
 
 
 def test_down_refuse_then_up_on_the_same_port(api: Client) -> None:
@@ -208,37 +247,60 @@ def test_down_reset_drops_requests_but_control_answers(api: Client) -> None:
     api.server.down("reset")
     with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):
         Client(api.server).call("GET", "/api/v1/nodes")
-    assert Client(api.server).call("GET", "/_emu/health")[1]["down"] == "reset"
+    assert Client(api.server).call("POST", "/_emu/ping")[1]["result"]["down"] == "reset"
+    assert api.server.requests()[-1]["fault"] == "reset"
     api.server.up()
+    assert Client(api.server).call("GET", "/api/v1/nodes")[0] == 200
+
+
+def test_down_ends_a_running_watch(api: Client) -> None:
+    conn, resp = _watch(api.server, "timeoutSeconds=600")
+    api.server.down("refuse")
+    with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+        resp.read()
+    conn.close()
+    api.server.up()
+
+
+def test_down_for_seconds_comes_back_by_itself(api: Client) -> None:
+    api.server.down("refuse", seconds=0.2)
+    deadline = time.monotonic() + 10
+    while api.server.call("ping")["down"] is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert Client(api.server).call("GET", "/api/v1/nodes")[0] == 200
 
 
 # ----- control API -----
 def test_control_rejects_bad_input_with_400(api: Client) -> None:
     assert api.call("POST", "/_emu/seed", {"objects": [{"kind": "Widget"}]})[0] == 400
-    assert api.call("POST", "/_emu/faults", {"path": "(", "action": "error"})[0] == 400
-    assert api.call("POST", "/_emu/faults", {"path": "x", "action": "explode"})[0] == 400
+    assert api.call("POST", "/_emu/seed", {"objects": "n1"})[0] == 400
+    assert api.call("POST", "/_emu/fault", {"mode": "status", "pattern": "("})[0] == 400
+    assert api.call("POST", "/_emu/fault", {"mode": "explode"})[0] == 400
     assert api.call("POST", "/_emu/options", {"grace_cap": "soon"})[0] == 400
     assert api.call("POST", "/_emu/options", {"policy_versions": ["v1"]})[0] == 400
+    assert api.call("POST", "/_emu/down", {"mode": "sideways"})[0] == 400
     assert api.call("POST", "/_emu/seed", b"{not json")[0] == 400
     assert api.call("GET", "/_emu/nothing")[0] == 404
 
 
 def test_control_log_since_and_clear(api: Client) -> None:
     api.call("GET", "/api/v1/nodes/n1")
-    last = api.ok("GET", "/_emu/log")["last"]
-    api.call("DELETE", "/api/v1/nodes/n2")
-    entries = api.ok("GET", f"/_emu/log?since={last}")["entries"]
-    assert [(e["method"], e["path"], e["status"]) for e in entries] == [("DELETE", "/api/v1/nodes/n2", 200)]
-    api.call("DELETE", "/_emu/log")
-    assert api.ok("GET", "/_emu/log")["entries"] == []
+    last = api.server.last_request_seq()
+    api.call("DELETE", "/api/v1/nodes/n2?gracePeriodSeconds=0")
+    entries = api.server.requests(since=last)
+    assert [(e["method"], e["path"], e["query"], e["status"]) for e in entries] == [
+        ("DELETE", "/api/v1/nodes/n2", {"gracePeriodSeconds": "0"}, 200)]
+    api.server.clear_requests()
+    assert api.server.requests() == []
+    assert api.server.last_request_seq() == last + 1  # numbering goes on across a clear
 
 
 def test_reset_restores_options_and_clears_faults(api: Client) -> None:
-    api.ok("POST", "/_emu/options", {"grace_cap": 9})
-    api.ok("POST", "/_emu/faults", {"path": "x"})
-    api.ok("POST", "/_emu/reset")
-    assert api.ok("GET", "/_emu/options")["grace_cap"] == 0.05
-    assert api.ok("GET", "/_emu/faults")["faults"] == []
-    assert {n["metadata"]["name"] for n in api.ok("GET", "/api/v1/namespaces")["items"]} == {
+    api.server.set_options(grace_cap=9)
+    api.server.fault("delay", pattern="x")
+    api.server.down("reset")
+    api.server.reset()
+    assert api.server.settings()["grace_cap"] == 0.05
+    assert api.server.faults() == [] and api.server.call("ping")["down"] is None
+    assert {n["metadata"]["name"] for n in Client(api.server).ok("GET", "/api/v1/namespaces")["items"]} == {
         "default", "kube-system", "kube-public", "kube-node-lease"}

@@ -137,10 +137,31 @@ def test_fault_huge_chunked_body_has_no_length(emu: MetadataEmulator) -> None:
 
 def test_not_listening_means_connection_refused(emu: MetadataEmulator) -> None:
     """Closing the service port refuses connections; reopening serves on the same URL."""
-    emu.set_listening(False)
+    emu.down()
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(emu.url + "/sco/v1/notice", timeout=2)
-    emu.set_listening(True)
+    emu.up()
+    assert requests.get(emu.url + "/sco/v1/notice", timeout=5).status_code == 404
+
+
+def test_chunked_request_body_is_refused_411(emu: MetadataEmulator) -> None:
+    """Apps that do not read chunked bodies say so, and close: the framing is not followed."""
+    parts = urlsplit(emu.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+    conn.request("PUT", "/latest/api/token", body=iter([b"x"]), encode_chunked=True)
+    reply = conn.getresponse()
+    assert reply.status == 411 and reply.getheader("Connection") == "close"
+    conn.close()
+    assert emu.requests() == []
+
+
+def test_down_reset_resets_requests_and_reset_brings_it_up(emu: MetadataEmulator) -> None:
+    """'reset' mode accepts and resets every request; the reset command ends it."""
+    emu.down("reset")
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(emu.url + "/sco/v1/notice", timeout=2)
+    assert [(r["status"], r["fault"]) for r in emu.requests()] == [(None, "reset")]
+    emu.reset()
     assert requests.get(emu.url + "/sco/v1/notice", timeout=5).status_code == 404
 
 

@@ -17,7 +17,7 @@ It answers the way deploy/vector/vector.toml makes real Vector answer:
 Failures come from the shared fault rules (``_faults``): 500/503/429 for the
 next N batches or with a probability, delays, hangs, lost acknowledgements
 (``status_after``: delivered, yet answered 500 - the duplicate maker), and
-``set_listening(False)`` for a stopped Vector (connection refused).
+``down()`` for a stopped Vector (connection refused).
 Records are counted per ``event_id`` so a test can see every duplicate.
 
 Run: ``python -m tests.emulators.vector --port 0 --ready-file PATH [--path /events]``.
@@ -28,18 +28,18 @@ import argparse
 import json
 import sys
 import threading
-import time
 import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
+from tests.emulators._app import BaseApp
 from tests.emulators._control import BadCommand, Command, ControlClient
 from tests.emulators._control import field as get
 from tests.emulators._http import Request, Response, json_response
 from tests.emulators._process import serve_main
-from tests.emulators._server import EmulatorServer
+from tests.emulators._server import EmulatorServer, InProcessEmulator
 
 FRAMINGS = ("newline_delimited", "bytes")
 MAX_DECODED = 64 * 1024 * 1024  # a compressed body may not expand past this
@@ -146,7 +146,7 @@ def _error(status: int, message: str) -> Response:
     return json_response(status, {"code": status, "message": message}, server="vector")
 
 
-class VectorApp:
+class VectorApp(BaseApp):
     """The http_server source: decode, check poison, deliver, then answer."""
 
     logged_headers = ("content-type", "content-encoding", "content-length", "user-agent")
@@ -160,9 +160,6 @@ class VectorApp:
         self.poison = poison
         self.state = VectorState()
         self._lock = threading.Lock()
-
-    def now(self) -> float:
-        return time.time()
 
     def handle(self, request: Request) -> Response:
         if request.path != self.path:
@@ -191,9 +188,6 @@ class VectorApp:
         with self._lock:
             self.state = VectorState()
             self.poison = None
-
-    def close(self) -> None:
-        """Nothing waits on the app itself; hung handlers wake on the server's stop event."""
 
     def _records(self, body: dict[str, Any]) -> Any:
         start = get(body, "start", int, 0)
@@ -257,10 +251,10 @@ class VectorControl(ControlClient):
 
     def refuse(self) -> None:
         """Vector stopped: connections to the service port are refused."""
-        self.set_listening(False)
+        self.down("refuse")
 
     def accept(self) -> None:
-        self.set_listening(True)
+        self.up()
 
     def poison(self, field_name: str, *values: Any) -> None:
         self.call("poison", {"field": field_name, "values": list(values)})
@@ -269,7 +263,7 @@ class VectorControl(ControlClient):
         self.call("poison", {"clear": True})
 
 
-class VectorEmulator(VectorControl):
+class VectorEmulator(VectorControl, InProcessEmulator):
     """In-process: ``with VectorEmulator(path="/events") as vec: post to vec.url``."""
 
     def __init__(self, path: str = "/", framing: str = "newline_delimited",
@@ -280,19 +274,6 @@ class VectorEmulator(VectorControl):
         super().__init__(self.server.control_url)
         self.base_url = self.server.url
         self.url = self.base_url + path
-
-    def start(self) -> Self:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

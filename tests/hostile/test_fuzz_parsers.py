@@ -23,9 +23,9 @@ from executor.kube.pod_filters import pods_that_count
 from executor.slurm import cli as slurm
 from executor.slurm import local as slurm_local
 from spool.shipping import retry_after_s
+from supervisord_plugins import listener
 from tests.fuzzing import fuzz, json_values, mutated
 from tests.kube.podspecs import pdb, pod
-from verifier import listener
 from watcher import nats_creds
 from watcher.contract_store import parse_public_key
 

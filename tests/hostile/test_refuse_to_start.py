@@ -20,7 +20,7 @@ from common import ipc
 from tests.agent_rig import REPO, write_config
 from tests.procutil import wait_for
 
-PROGRAMS = ("watcher", "executor", "verifier", "spool", "verifier.listener")
+PROGRAMS = ("watcher", "executor", "verifier", "spool", "supervisord_plugins.listener")
 
 
 def agent_config(base: Path, **sections: dict) -> Path:

@@ -87,10 +87,10 @@ def test_one_eviction_at_a_time_under_a_pdb_and_uncovered_pods_at_once(kube, dra
     for i in range(4):
         kube.add_pod(f"web-{i}", NODE, labels={"app": "web"})
         kube.add_pod(f"solo-{i}", NODE)
-    kube.fault("/eviction", "latency", seconds=0.3)
+    kube.fault("delay", pattern="/eviction", seconds=0.3)
     d = start(kube, drains)
     d.wait_state("done")
-    arrivals = {e["path"].split("/")[6]: e["time"] for e in kube.log() if e["path"].endswith("/eviction")}
+    arrivals = {e["path"].split("/")[6]: e["time"] for e in kube.requests() if e["path"].endswith("/eviction")}
     web = sorted(arrivals[f"web-{i}"] for i in range(4))
     solo = sorted(arrivals[f"solo-{i}"] for i in range(4))
     assert all(b - a >= 0.29 for a, b in itertools.pairwise(web)), web
@@ -117,7 +117,7 @@ def test_pdb_blocked_pod_is_deleted_at_the_cutoff_when_the_contract_says_so(kube
     d.wait_state("done")
     (ev,) = d.events("drain.deleted")
     assert ev["pod"] == "default/db-0" and ev["reason"] == "pdb_blocked" and 20 <= ev["grace_s"] <= 24
-    delete = [e for e in kube.log() if e["method"] == "DELETE" and "/pods/db-0" in e["path"]]
+    delete = [e for e in kube.requests() if e["method"] == "DELETE" and "/pods/db-0" in e["path"]]
     assert delete[0]["body"]["preconditions"]["uid"] and delete[0]["body"]["gracePeriodSeconds"] == ev["grace_s"]
     assert "db-0" not in kube.pod_names(NODE)
 
@@ -138,7 +138,7 @@ def test_grace_is_capped_to_the_time_left(kube, drains):
     kube.add_pod("slow", NODE, grace=300)
     d = start(kube, drains, deadline_in=20.0, margin_s=5.0)
     d.wait_state("done")
-    (body,) = [e["body"] for e in kube.log() if e["path"].endswith("/eviction")]
+    (body,) = [e["body"] for e in kube.requests() if e["path"].endswith("/eviction")]
     assert 13 <= body["deleteOptions"]["gracePeriodSeconds"] <= 15
     assert body["deleteOptions"]["preconditions"]["uid"]
 
@@ -147,7 +147,7 @@ def test_load_balancer_label_first_then_cordon(kube, drains):
     kube.add_pod("app", NODE)
     d = start(kube, drains, exclude_from_lb=True)
     d.wait_state("done")
-    patches = [e["body"] for e in kube.log() if e["method"] == "PATCH"]
+    patches = [e["body"] for e in kube.requests() if e["method"] == "PATCH"]
     assert patches[0]["metadata"]["labels"] == {EXCLUDE_LB_LABEL: "true"}
     assert patches[1]["spec"]["unschedulable"] is True
     assert kube.node(NODE)["metadata"]["labels"][EXCLUDE_LB_LABEL] == "true"
@@ -156,7 +156,7 @@ def test_load_balancer_label_first_then_cordon(kube, drains):
 
 def test_refused_taint_leaves_a_cordon_without_it(kube, drains):
     """A node identity may not taint its own node (NodeRestriction): cordon anyway."""
-    kube.fault(f"/api/v1/nodes/{NODE}$", "error", method="PATCH", status=403, count=1,
+    kube.fault("status", pattern=f"/api/v1/nodes/{NODE}$", method="PATCH", status=403, count=1,
                body={"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
                      "message": f'nodes "{NODE}" is forbidden: node "{NODE}" is not allowed to modify taints'})
     kube.add_pod("app", NODE)
@@ -169,7 +169,7 @@ def test_refused_taint_leaves_a_cordon_without_it(kube, drains):
 
 
 def test_unreadable_pdbs_still_drain(kube, drains):
-    kube.fault("poddisruptionbudgets", "error", status=403)
+    kube.fault("status", pattern="poddisruptionbudgets", status=403)
     for i in range(3):
         kube.add_pod(f"web-{i}", NODE, owner=("ReplicaSet", "web"))
     d = start(kube, drains)
@@ -181,7 +181,7 @@ def test_unreadable_pdbs_still_drain(kube, drains):
 def test_a_server_ignoring_the_field_selector_cannot_make_us_evict_elsewhere(kube, drains):
     stray = objects.pod("stray", OTHER)
     stray["metadata"]["uid"] = "stray-uid"
-    kube.fault(r"/api/v1/pods\?", "error", method="GET", status=200,
+    kube.fault("status", pattern=r"/api/v1/pods\?", method="GET", status=200,
                body={"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [stray]})
     d = start(kube, drains)
     d.wait_state("done")
@@ -192,14 +192,14 @@ def test_the_agent_refuses_pods_of_another_node_before_any_call(kube):
     api = KubeApi(kube.url, NODE)
     other = kube.add_pod("theirs", OTHER)
     pod = kube.get(f"/api/v1/namespaces/default/pods/{other['name']}")
-    kube.clear_log()
+    kube.clear_requests()
     with pytest.raises(NotOwnNode):
         api.evict_pod(pod)
     with pytest.raises(NotOwnNode):
         api.delete_pod(pod, 1)
     with pytest.raises(NotOwnNode):
         api.patch_node(OTHER, {"spec": {"unschedulable": True}})
-    assert kube.log() == []
+    assert kube.requests() == []
 
 
 def test_api_server_down_falls_back_then_reconciles(kube, drains, tmp_path):
@@ -239,9 +239,9 @@ def test_policy_v1beta1_server(tmp_path, drains):
         kube.add_pod("web-0", NODE, labels={"app": "web"})
         d = start(kube, drains)
         d.wait_state("done")
-        (body,) = [e["body"] for e in kube.log() if e["path"].endswith("/eviction")]
+        (body,) = [e["body"] for e in kube.requests() if e["path"].endswith("/eviction")]
         assert body["apiVersion"] == "policy/v1beta1"
-        assert any("/apis/policy/v1beta1/poddisruptionbudgets" in e["path"] for e in kube.log())
+        assert any("/apis/policy/v1beta1/poddisruptionbudgets" in e["path"] for e in kube.requests())
         d.stop()
 
 

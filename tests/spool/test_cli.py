@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import ujson
 
-from common import ctl
-from spool.cli import main
+from agentctl import __main__ as ctl
+from agentctl.spool_cli import main
 from spool.ring import SpoolRing
 from tests.spool.harness import REPO, Sender, SpoolProcess, spool_config, spool_file
 
@@ -92,10 +92,10 @@ def test_stat_and_dump_while_the_spool_runs(tmp_path: Path, capsys: pytest.Captu
 
 
 class Follower:
-    """``python -m spool.cli ... tail -f`` as a child; its stdout lines land in a queue."""
+    """``python -m agentctl.spool_cli ... tail -f`` as a child; its stdout lines land in a queue."""
 
     def __init__(self, *argv: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "spool.cli", *argv], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentctl.spool_cli", *argv], cwd=REPO,
                                      env=dict(os.environ, PYTHONPATH=str(REPO)),
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.lines: queue.Queue[bytes] = queue.Queue()

@@ -59,7 +59,7 @@ NO_HTTP = {"http.client", "ssl", "email", "common.http"}
 
 PROCESSES = {
     # process: (main module, forbidden modules)
-    "listener": ("verifier.listener", EVERYWHERE | NOT_WATCHER | NO_HTTP | {"dataclasses", "inspect"}),
+    "listener": ("supervisord_plugins.listener", EVERYWHERE | NOT_WATCHER | NO_HTTP | {"dataclasses", "inspect"}),
     "spool": ("spool.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
     "verifier": ("verifier.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
     "executor": ("executor.__main__", EVERYWHERE | NOT_WATCHER),

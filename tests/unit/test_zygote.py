@@ -1,4 +1,4 @@
-"""common.zygote under a real supervisord: workers forked in place, everything supervisorctl does intact.
+"""supervisord_plugins.zygote under a real supervisord: workers forked in place, everything supervisorctl does intact.
 
 One supervisord (this venv's supervisor, the version setup.cfg pins) runs probe programs
 (tests/unit/zygote_probe.py) through console scripts written here, as pip writes them.
@@ -17,7 +17,7 @@ import xmlrpc.client
 
 import pytest
 
-from common.zygote import OWN_PACKAGES, entry_point
+from supervisord_plugins.zygote import OWN_PACKAGES, entry_point
 from tests.procutil import pid_alive, stop_pid, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,7 +37,7 @@ pidfile={d}/supervisord.pid
 supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 
 [rpcinterface:zygote]
-supervisor.rpcinterface_factory = common.zygote:make_rpcinterface
+supervisor.rpcinterface_factory = supervisord_plugins.zygote:make_rpcinterface
 packages = tests
 preload = zygote_stale
 
@@ -247,6 +247,27 @@ def test_entry_point_reads_only_our_console_scripts(tmp_path):
     assert entry_point(str(tmp_path / "missing")) is None
 
 
+def test_every_program_in_supervisord_conf_may_run_in_place():
+    """Each sco-* command supervisord.conf runs comes from a package in OWN_PACKAGES.
+
+    A console script moved to a package the zygote does not know would still run,
+    exec'd, with nothing failing but the memory bill: this is where it is noticed.
+    """
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(os.path.join(REPO, "setup.cfg"))
+    scripts = dict(line.replace(" ", "").split("=", 1)
+                   for line in setup["options.entry_points"]["console_scripts"].split("\n") if line.strip())
+    conf = configparser.RawConfigParser(strict=False)
+    conf.read(os.path.join(REPO, "supervisord.conf"))
+    commands = [conf[s]["command"].split()[0] for s in conf.sections() if "command" in conf[s]]
+    assert len(commands) >= 5 and all(c in scripts for c in commands), (commands, scripts)
+    for command in commands:
+        module = scripts[command].split(":")[0]
+        assert module.split(".")[0] in OWN_PACKAGES, f"{command} ({module}) would be exec'd"
+
+
 def _transport(sup: Supervisor) -> xmlrpc.client.Transport:
     from supervisor.xmlrpc import SupervisorTransport
 
@@ -254,7 +275,7 @@ def _transport(sup: Supervisor) -> xmlrpc.client.Transport:
 
 
 def test_a_failed_preload_or_a_changed_supervisor_leaves_exec_alone():
-    from common.zygote import make_rpcinterface
+    from supervisord_plugins.zygote import make_rpcinterface
 
     class Options:
         def execve(self, filename: str, argv: list[str], env: dict[str, str]) -> None:

@@ -12,9 +12,9 @@ import pytest
 import zmq
 
 from common import ipc
+from supervisord_plugins.listener import OK, ProtocolError, handle
 from tests.agent_rig import REPO, write_config
 from tests.procutil import stop_pid, wait_for
-from verifier.listener import OK, ProtocolError, handle
 
 
 def frame(eventname: str, payload: str) -> str:
@@ -118,7 +118,7 @@ def test_under_a_real_supervisord_a_crash_reaches_the_spool(tmp_path):
         [supervisorctl]
         serverurl=unix://{tmp_path}/supervisor.sock
         [eventlistener:sco-listener]
-        command={sys.executable} -m verifier.listener --config {config}
+        command={sys.executable} -m supervisord_plugins.listener --config {config}
         directory={REPO}
         environment=PYTHONPATH="{REPO}"
         events=PROCESS_STATE_EXITED,PROCESS_STATE_FATAL

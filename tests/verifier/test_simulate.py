@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from agentctl.simulate import main, parse_duration
 from common.notice import Rejected
 from tests.agent_rig import write_config
 from tests.procutil import wait_for
 from watcher.inject import inject_dir, read_injected
-from watcher.simulate import main, parse_duration
 
 
 @pytest.fixture

@@ -175,7 +175,7 @@ def test_oversized_body_is_refused_unread(emu):
 
 
 def test_service_down_is_a_metadata_error(emu):
-    emu.set_listening(False)
+    emu.down()
     with pytest.raises(MetadataError) as e:
         source(emu).poll(emu.now())
     assert e.value.reason in ("refused", "error", "timeout")

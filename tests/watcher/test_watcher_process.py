@@ -85,7 +85,7 @@ def test_relay_down_at_start_then_restarted_while_the_poll_still_hears(tmp_path,
 
 
 def test_metadata_down_while_the_relay_works(nats, emu, rig_factory):
-    emu.set_listening(False)
+    emu.down()
     rig = rig_factory(relay=[nats.url], provider="aws", url=emu.url)
     rig.wait_counter("relay.connected")
     nats.publish(HALL_SUBJECT, payload(node="*"))

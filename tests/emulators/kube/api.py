@@ -1,16 +1,19 @@
 """The Kubernetes REST API proper: routing, discovery, CRUD, PATCH, lists, eviction.
 
-``Api.handle`` takes a parsed ``Request`` and returns a ``Response`` or, for a watch, a
+``Api.handle`` takes a parsed ``Request`` and returns a ``Reply`` or, for a watch, a
 ``WatchRequest`` the HTTP layer streams. No sockets here, so every rule is testable directly.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.emulators._http import Request
 
 from . import errors, openapi, protobuf, resources, table
 from .errors import (
@@ -33,16 +36,9 @@ DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
 @dataclass
-class Request:
-    method: str
-    path: str  # without the query string
-    query: dict[str, str] = field(default_factory=dict)
-    headers: dict[str, str] = field(default_factory=dict)  # lower-case names
-    body: bytes = b""
+class Reply:
+    """An API answer before encoding; the HTTP layer adds the server's standard headers."""
 
-
-@dataclass
-class Response:
     code: int
     body: Any  # dict/list: JSON; str: text/plain
     headers: dict[str, str] = field(default_factory=dict)
@@ -109,23 +105,23 @@ class Api:
         self._clock = clock
 
     # ----- routing -----
-    def handle(self, req: Request) -> Response | WatchRequest:
+    def handle(self, req: Request) -> Reply | WatchRequest:
         try:
             return self._route(req)
         except ApiError as err:
-            return Response(err.code, err.status, err.headers)
+            return Reply(err.code, err.status, err.headers)
 
-    def _route(self, req: Request) -> Response | WatchRequest:
+    def _route(self, req: Request) -> Reply | WatchRequest:
         parts = [p for p in req.path.split("/") if p]
         pv = self._options().policy_versions
         if req.path in ("/healthz", "/livez", "/readyz"):
-            return Response(200, "ok")
+            return Reply(200, "ok")
         if parts[:2] == ["openapi", "v3"]:
             return self._discovery(req, openapi.document_for(parts[2:], pv))
         if not parts or parts[0] not in ("api", "apis", "version"):
             raise path_not_found()
         if parts == ["version"]:
-            return Response(200, resources.version_info(self._options().server_version))
+            return Reply(200, resources.version_info(self._options().server_version))
         if parts[0] == "api":
             if len(parts) == 1:
                 return self._discovery(req, resources.api_versions(self._address()))
@@ -141,12 +137,12 @@ class Api:
         route = self._resolve(group, version, rest, pv)
         return self._dispatch(req, route)
 
-    def _discovery(self, req: Request, doc: dict[str, Any] | None) -> Response:
+    def _discovery(self, req: Request, doc: dict[str, Any] | None) -> Reply:
         if doc is None:
             raise path_not_found()
         if req.method != "GET":
             raise method_not_allowed()
-        return Response(200, doc)
+        return Reply(200, doc)
 
     @staticmethod
     def _resolve(group: str, version: str, rest: list[str], pv: tuple[str, ...]) -> Route:
@@ -165,7 +161,7 @@ class Api:
             raise path_not_found()
         return Route(rt, version, ns, tail[0] if tail else None, sub)
 
-    def _dispatch(self, req: Request, r: Route) -> Response | WatchRequest:
+    def _dispatch(self, req: Request, r: Route) -> Reply | WatchRequest:
         m = req.method
         if r.name is None:
             if m == "GET":
@@ -177,11 +173,11 @@ class Api:
                 return self._evict(req, r)
         elif m == "GET":
             if req.query.get("watch") in ("1", "true"):  # deprecated watch on one object
-                req.query["fieldSelector"] = f"metadata.name={r.name}"
-                return self._list(req, Route(r.rt, r.version, r.namespace, None, ""))
+                named = dataclasses.replace(req, query={**req.query, "fieldSelector": f"metadata.name={r.name}"})
+                return self._list(named, Route(r.rt, r.version, r.namespace, None, ""))
             obj = self._store.get(r.rt, r.namespace or "", r.name)
             if table.wants_table(req.headers.get("accept", "")):
-                return Response(200, table.to_table(r.rt, r.version, [obj], {"resourceVersion": obj[
+                return Reply(200, table.to_table(r.rt, r.version, [obj], {"resourceVersion": obj[
                     "metadata"]["resourceVersion"]}, self._clock(), req.query.get("includeObject", "")))
             return self._ok(r, obj)
         elif m == "PUT":
@@ -195,8 +191,8 @@ class Api:
             return self._delete(req, r)
         raise method_not_allowed()
 
-    def _ok(self, r: Route, obj: dict[str, Any], code: int = 200) -> Response:
-        return Response(code, present(r.rt, r.version, obj))
+    def _ok(self, r: Route, obj: dict[str, Any], code: int = 200) -> Reply:
+        return Reply(code, present(r.rt, r.version, obj))
 
     @staticmethod
     def _check_kind(r: Route, body: Any) -> None:
@@ -215,7 +211,7 @@ class Api:
             raise bad_request(str(err)) from None
         return make_filter(r.namespace, labels, fields)
 
-    def _list(self, req: Request, r: Route) -> Response | WatchRequest:
+    def _list(self, req: Request, r: Route) -> Reply | WatchRequest:
         accept = self._selectors(req, r)
         if req.query.get("watch") in ("1", "true"):
             return self._watch(req, r, accept)
@@ -238,9 +234,9 @@ class Api:
                     meta["remainingItemCount"] = len(items) - n
                 items = items[:n]
         if table.wants_table(req.headers.get("accept", "")):
-            return Response(200, table.to_table(r.rt, r.version, items, meta, self._clock(),
+            return Reply(200, table.to_table(r.rt, r.version, items, meta, self._clock(),
                                                 req.query.get("includeObject", "")))
-        return Response(200, {"kind": f"{r.rt.kind}List", "apiVersion": api_version_of(r.rt, r.version),
+        return Reply(200, {"kind": f"{r.rt.kind}List", "apiVersion": api_version_of(r.rt, r.version),
                               "metadata": meta, "items": items})
 
     def _watch(self, req: Request, r: Route, accept: Callable[[dict[str, Any]], bool]) -> WatchRequest:
@@ -262,13 +258,13 @@ class Api:
         return WatchRequest(r.rt, r.version, accept, rv, timeout, initial,
                             req.query.get("includeObject", "") if as_table else None)
 
-    def _create(self, req: Request, r: Route) -> Response:
+    def _create(self, req: Request, r: Route) -> Reply:
         body = _json_body(req)
         self._check_kind(r, body)
         obj = self._store.create(r.rt, r.namespace or "", body, dry_run=_dry_run(req))
         return self._ok(r, obj, 201)
 
-    def _patch(self, req: Request, r: Route) -> Response:
+    def _patch(self, req: Request, r: Route) -> Reply:
         ctype = req.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in PATCH_TYPES:
             raise errors.unsupported_media(PATCH_TYPES)
@@ -294,12 +290,12 @@ class Api:
                 raise bad_request("gracePeriodSeconds must be an integer") from None
         return options
 
-    def _delete(self, req: Request, r: Route) -> Response:
+    def _delete(self, req: Request, r: Route) -> Reply:
         options = self._delete_options(req)
         dry_run = _dry_run(req) or options.get("dryRun") == ["All"]
         return self._ok(r, self._store.delete(r.rt, r.namespace or "", r.name or "", options, dry_run=dry_run))
 
-    def _evict(self, req: Request, r: Route) -> Response:
+    def _evict(self, req: Request, r: Route) -> Reply:
         served = {f"policy/{v}" for v in self._options().policy_versions}
         if not served:
             raise path_not_found()  # a server without the eviction subresource
@@ -322,7 +318,7 @@ class Api:
             pdbs, _ = self._store.snapshot(PDBS, lambda p: p["metadata"]["namespace"] == ns)
             plan = plan_eviction(pod, pdbs, now)
             if dry_run:
-                return Response(201, success_status(201))
+                return Reply(201, success_status(201))
             if plan.pdb_name is not None:
                 self._store.update(PDBS, ns, plan.pdb_name, {"metadata": {"name": plan.pdb_name},
                                                              "status": plan.pdb_status}, subresource="status")
@@ -333,4 +329,4 @@ class Api:
                 self._store.update(PODS, ns, name, {"metadata": {"name": name}, "status": marked},
                                    subresource="status")
             self._store.delete(PODS, ns, name, options)
-        return Response(201, success_status(201))
+        return Reply(201, success_status(201))

@@ -33,8 +33,6 @@ class Options:
     tokens: dict[str, str] = field(default_factory=dict)
     # Watch events kept; a watch from an older resourceVersion gets 410 Gone.
     history: int = 20000
-    # Seed for probabilistic faults, so a test run is reproducible.
-    fault_seed: int = 0
 
     def __post_init__(self) -> None:
         bad = [v for v in self.policy_versions if v not in POLICY_VERSIONS]

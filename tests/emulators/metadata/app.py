@@ -12,12 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
+from tests.emulators._app import BaseApp
 from tests.emulators._control import BadCommand, Command
 from tests.emulators._control import field as get
 from tests.emulators._http import Request, Response, text_response
-from tests.emulators._server import EmulatorServer
+from tests.emulators._server import EmulatorServer, InProcessEmulator
 from tests.emulators.metadata import aws, azure, gcp, sco
 from tests.emulators.metadata.client import MetadataControl
 
@@ -76,7 +77,7 @@ def build_states(providers: Iterable[str], scenario: Mapping[str, Any]) -> dict[
     return states
 
 
-class MetadataApp:
+class MetadataApp(BaseApp):
     """The metadata service of one scenario (which providers, whose identity)."""
 
     logged_headers = ("x-aws-ec2-metadata-token", "x-aws-ec2-metadata-token-ttl-seconds",
@@ -172,7 +173,7 @@ class MetadataApp:
                 "gcp_waiters": waiters}
 
 
-class MetadataEmulator(MetadataControl):
+class MetadataEmulator(MetadataControl, InProcessEmulator):
     """In-process emulator: ``with MetadataEmulator(("aws",)) as emu: ... emu.url ...``."""
 
     def __init__(self, providers: Iterable[str] = PROVIDERS,
@@ -182,16 +183,3 @@ class MetadataEmulator(MetadataControl):
         self.server = EmulatorServer(self.app, host, port, seed)
         super().__init__(self.server.control_url)
         self.url = self.server.url
-
-    def start(self) -> Self:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

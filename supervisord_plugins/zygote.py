@@ -48,8 +48,8 @@ import signal
 import sys
 from typing import Any
 
-# Packages whose console scripts may run in place: this agent's, nothing else.
-OWN_PACKAGES = ("common", "watcher", "executor", "verifier", "spool")
+# Packages whose console scripts may run in place: those of the programs in supervisord.conf, nothing else.
+OWN_PACKAGES = ("watcher", "executor", "verifier", "spool", "supervisord_plugins")
 
 # Imported once in supervisord and shared by every forked worker: what at least two
 # workers import anyway (tests/unit/test_import_sets.py keeps the per-process sets honest).

@@ -1,9 +1,11 @@
 """Checkpoint client for the sco-agent socket: hear the reclaim notice, answer "checkpoint done".
 
-Standard library only -- copy this one file into a workload. The contract it
-speaks is docs/agent-socket.md (newline-delimited JSON over a Unix socket).
+Standard library only, and nothing else of this package: copy this one file into a
+workload (as checkpoint_client.py, say), or install sco-agent and import
+``sco_checkpoint.client``. The contract it speaks is docs/agent-socket.md
+(newline-delimited JSON over a Unix socket).
 
-    from checkpoint_client import on_notice
+    from sco_checkpoint.client import on_notice    # vendored: from checkpoint_client import on_notice
 
     def save(notice):                 # runs in the listener thread
         write_checkpoint()            # return None/True: checkpointed; False or raise: failed

@@ -30,9 +30,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
-from common.timefmt import parse_rfc3339
-from executor.checkpoint_client import (
+from sco_checkpoint.client import (
     ProtocolError,
     ack_notice,
     on_notice,
@@ -54,10 +54,25 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{self.prog}: {message}")
 
 
+def parse_time(text: object) -> float:
+    """Epoch seconds of an RFC 3339 time with its offset ('...T12:00:00.000Z'); ValueError otherwise.
+
+    Not common.timefmt's strict parser: this package is standard library only. It reads
+    only times the agent wrote, and a time it cannot read just leaves --window alone.
+    """
+    if not isinstance(text, str) or len(text) > 40:
+        raise ValueError("not an RFC 3339 time")
+    # 'Z' spelled as an offset: fromisoformat() reads it only from Python 3.11 on.
+    when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+    if when.tzinfo is None:
+        raise ValueError(f"no UTC offset: {text!r}")
+    return when.timestamp()
+
+
 def checkpoint_window(notice: dict, window_s: float, now_epoch: float) -> float:
     """Seconds to wait for the checkpoint: the smaller of --window and what is left before checkpoint_by."""
     try:
-        left = parse_rfc3339(notice.get("checkpoint_by")) - now_epoch
+        left = parse_time(notice.get("checkpoint_by")) - now_epoch
     except ValueError:
         return window_s  # no usable checkpoint_by: the operator's window alone
     return max(0.0, min(window_s, left))

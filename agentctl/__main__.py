@@ -1,8 +1,10 @@
 """sco-agentctl: the operator's command for a running agent.
 
-Subcommands are dispatched to the package that owns the subject (contract
-commands live with the watcher, spool commands with the spool), imported only
-when used so `sco-agentctl status` stays quick.
+status and supervisor are here (status's summary in agentctl.status); contract,
+spool and simulate are modules of their own, imported only when used so
+`sco-agentctl status` stays quick. This package sits above the four process
+packages: it reads what they write (state files, the spool file, contract
+bundles) with their own readers, and none of them imports it.
 
   sco-agentctl status [--json]             processes, contract, active notice and its timeline, last verdict
   sco-agentctl simulate --kind reclaim --in 120s   inject a local notice (game days)
@@ -25,9 +27,9 @@ import ujson
 from common.config import ConfigError, load
 
 DELEGATES = {
-    "contract": "watcher.contract_cli",
-    "spool": "spool.cli",
-    "simulate": "watcher.simulate",
+    "contract": "agentctl.contract_cli",
+    "spool": "agentctl.spool_cli",
+    "simulate": "agentctl.simulate",
 }
 
 
@@ -65,18 +67,12 @@ def cmd_supervisor(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _spool_status(config: Any) -> dict[str, Any] | None:
-    """Spool fill and backlog, if the spool package offers a reader; None (left out) if not."""
+    """Spool fill and backlog, read from the spool file without disturbing the spool."""
+    from spool.reader import read_stats
+    from spool.ring import SPOOL_FILE
+
     try:
-        cli = importlib.import_module("spool.cli")
-    except ImportError:
-        cli = None
-    try:
-        if cli is not None and callable(getattr(cli, "status", None)):
-            return dict(cli.status(config))
-        reader = importlib.import_module("spool.reader")
-        stats = reader.read_stats(os.path.join(config.paths.state_dir, "spool.dat"))
-    except ImportError:
-        return None
+        stats = read_stats(os.path.join(config.paths.state_dir, SPOOL_FILE))
     except (OSError, ValueError, KeyError, TypeError) as e:
         return {"error": str(e)[:200]}
     size = stats.get("size") or 0
@@ -93,7 +89,7 @@ def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
     except ConfigError as e:
         print(f"sco-agentctl: {e}", file=sys.stderr)
         return 2
-    from verifier.status import render_text, summarize
+    from agentctl.status import render_text, summarize
 
     rd, sd = config.paths.runtime_dir, config.paths.state_dir
     supervisorctl = os.path.join(os.path.dirname(sys.executable), "supervisorctl")

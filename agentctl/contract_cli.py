@@ -8,7 +8,8 @@
 ``main(argv)`` takes the arguments after ``contract`` and returns the exit
 code: 0 success, 1 refused or failed (the reason on stdout for ``verify``,
 on stderr otherwise), 2 usage. Operators and control planes run this; the
-agent's own processes never import it.
+agent's own processes never import it. It judges a bundle with the watcher's
+own rules (watcher.contract_verify), checking signatures in-process.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@
 Events print one JSON object per line, exactly as stored and shipped, so the
 output pipes into jq. The file is opened read-only (spool.reader) and never
 locked or written: the running spool is not disturbed, and a record it is
-writing at that moment is simply not shown until it verifies.
+writing at that moment is simply not shown until it verifies. How the file is
+read is spool.reader's business; this module only prints.
 """
 from __future__ import annotations
 
@@ -24,12 +25,10 @@ import ujson
 
 from common.config import ConfigError, load
 from common.timefmt import format_rfc3339
-from spool.reader import iter_records, read_stats
-from spool.record import DATA_START, normalize
-from spool.ring import DEFAULT_SIZE
-from spool.scan import Record, Source, Walker, find_start
+from spool.reader import follow, iter_records, read_stats
+from spool.ring import SPOOL_FILE
+from spool.scan import Record
 
-SPOOL_FILE = "spool.dat"   # as spool/__main__.py names it under state_dir
 FOLLOW_INTERVAL_S = 0.5
 
 
@@ -110,27 +109,11 @@ def tail(out: BinaryIO, path: str, n: int, follow: bool, interval: float) -> Non
 
 
 def follow_from(out: BinaryIO, path: str, pos: int, seq: int, interval: float) -> None:
-    """Print records as the spool appends them, from (pos, seq) on, until interrupted.
-
-    Each pass walks from where the last one stopped, the way recovery does:
-    it ends at the end marker (or a record still being written) and the next
-    pass continues there. A restart of the spool (a later epoch) or a lap of
-    the ring (newer records where we stood) is followed, never misread: only
-    records whose checksums verify are printed, each seq once.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        src = Source(fd)
-        size = find_start(fd, src, DEFAULT_SIZE).size
-        while True:
-            src.length = 0   # forget the read window: the file has changed since
-            walk = Walker(src, size, pos, seq, size - DATA_START, bounded=False)
-            write(out, walk)
-            out.flush()
-            pos, seq = normalize(walk.last_end, size), walk.last_ok + 1
-            time.sleep(interval)
-    finally:
-        os.close(fd)
+    """Print records as the spool appends them, from (pos, seq) on, until interrupted."""
+    for new in follow(path, pos, seq):
+        write(out, new)
+        out.flush()
+        time.sleep(interval)
 
 
 if __name__ == "__main__":

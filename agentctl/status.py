@@ -3,7 +3,7 @@
 ``summarize`` takes what the command read (supervisorctl's status lines and
 the agent's state files, each possibly missing or damaged) and the time;
 ``render_text`` turns the summary into a few readable lines. Reading the
-files and running supervisorctl is common/ctl.py's job.
+files and running supervisorctl is agentctl/__main__.py's job.
 """
 from __future__ import annotations
 

@@ -1,0 +1,55 @@
+"""The Prometheus textfile as the real verifier writes it, after a drain done, an overrun and rejections.
+
+Nothing here writes exposition text: a real ``python -m verifier`` (tests/verifier/rig.py) is fed
+notices, drain progress and the watcher's rejection counters over real ipc sockets, and the file
+it renders (verifier/__main__.py ``write_metrics``) is what the referees then read.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from tests.procutil import wait_for
+from tests.verifier.promtext import Family, parse, value
+from tests.verifier.rig import Peers, VerifierProcess, notice_dict
+
+
+def _has_everything(fams: dict[str, Family]) -> bool:
+    return (value(fams, "sco_agent_verdicts_total", outcome="done", held_up_by="none") == 1
+            and value(fams, "sco_agent_verdicts_total", outcome="overrun", held_up_by="checkpoint") == 1
+            and value(fams, "sco_agent_rejections_total", what="notice", reason="bad_json") == 2
+            and value(fams, "sco_agent_rejections_total", what="contract", reason="bad_signature") == 1
+            and value(fams, "sco_agent_notice_to_empty_seconds_count") == 1
+            and value(fams, "sco_agent_notices_active") == 2)
+
+
+def produce(base: str) -> str:
+    """Run the verifier in ``base`` until its textfile shows a done, an overrun and 3 rejections."""
+    run_dir = os.path.join(base, "run")
+    prom = os.path.join(base, "sco_agent.prom")
+    peers = Peers(run_dir)
+    v = VerifierProcess(base, run_dir, metrics={"textfile": prom})
+    try:
+        now = time.time()
+        # Rejections as the watcher reports them (its per-start counters, common/runtime.py Rejections).
+        peers.counters = {"rejected.bad_json": 2, "contract.rejected.bad_signature": 1, "new.relay": 2}
+        # n-done: cordoned, told and empty within a second of the notice.
+        peers.progress["n-done"] = {"kind": "reclaim", "state": "done", "remaining": [],
+                                    "steps": {"cordoned": now + 0.2, "clients_told": now + 0.3,
+                                              "node_empty": now + 0.5}}
+        # n-over: cordoned and told, but no client acks and a pod never leaves: overrun at the cutoff
+        # (deadline - margin 2 s), held up by the checkpoint step.
+        peers.progress["n-over"] = {"kind": "reclaim", "state": "running", "remaining": ["ns/stuck"],
+                                    "steps": {"cordoned": now + 0.2, "clients_told": now + 0.3}}
+        peers.active = [notice_dict("n-done", now + 60, issued=now - 1),
+                        notice_dict("n-over", now + 5, issued=now - 1, channel="metadata")]
+        v.start()
+
+        def ready() -> str:
+            with open(prom) as f:
+                text = f.read()
+            return text if _has_everything(parse(text)) else ""
+        return wait_for(ready, 20, "the textfile to show a done, an overrun and the rejections")
+    finally:
+        v.stop()
+        peers.close()
