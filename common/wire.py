@@ -1,20 +1,14 @@
-"""The records that cross a process boundary, each defined once here with its codec.
+"""The records that cross a process boundary, each defined once here with its codec (pure: no I/O).
 
-Processes exchange JSON objects (``common.ipc`` frames them, ``common.fsutil``
-writes the state files); this module says what each object holds and turns it
-into a typed record and back, so no process reads another's dict by hand:
+What each JSON object between the processes holds, as a typed record and back, so no process
+reads another's dict by hand: the watcher's ``NoticeState`` (topic ``notice``) and contract
+message (``contract``); the executor's ``DrainRecord`` (``executor.json``, topic ``progress``) with
+its step, state and phase names; ``Budget`` and ``phase_ends``, the one formula the executor, its
+Slurm rules and the verifier all time a drain by; the escalation levels (``escalate``); the ``Verdict``.
 
-- ``NoticeState``: the watcher's level-triggered notice state (topic ``notice``);
-- ``DrainRecord``: one notice's drain as the executor keeps it (``executor.json``)
-  and publishes it (topic ``progress``), with its step, state and phase names;
-- ``Budget`` and ``phase_ends``: the contract's drain budget, frozen when a drain
-  starts, and the phase ends the executor, its Slurm rules and the verifier all
-  compute from it -- one formula, so they cannot drift apart;
-- the escalation levels (topic ``escalate``) and the ``Verdict``.
-
-Decoders raise ``BadRecord`` (a ValueError whose ``reason`` is a bounded counter
-label); where a message carries many records, one bad record is refused alone
-(returned in ``refused``) and never hides the good ones next to it. Pure: no I/O.
+Decoders raise ``BadRecord`` (a ValueError whose ``reason`` is a bounded counter label); where a
+message carries many records, one bad record is refused alone (returned in ``refused``) and never
+hides the good ones next to it.
 """
 from __future__ import annotations
 
@@ -43,13 +37,7 @@ def _number(x: object) -> TypeGuard[float]:
 def _epoch(x: object) -> bool:
     """A time that can be written down (years 0001..9999): anything else would overflow the
     durations computed from it (the verifier's timeline, a cutoff)."""
-    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            and MIN_EPOCH <= x < MAX_EPOCH)
-
-
-def for_node(n: Notice, node: str) -> bool:
-    """Is notice ``n`` for this node: named, or sent to every node of the hall ("*")?"""
-    return n.node in (node, "*")
+    return _number(x) and MIN_EPOCH <= x < MAX_EPOCH
 
 
 # -- the watcher's notice state (topic ``notice``) ------------------------------------------
@@ -71,8 +59,8 @@ def encode_notice_state(gen: int, active: list[dict[str, Any]], withdrawn: list[
                         arrivals: dict[str, dict[str, float]], counters: dict[str, int],
                         started_at: float) -> dict[str, Any]:
     """The ``notice`` message: ``active`` as ``Notice.to_dict()`` records."""
-    return {"gen": gen, "active": active, "withdrawn": withdrawn, "arrivals": arrivals,
-            "counters": counters, "started_at": started_at}
+    return {"gen": gen, "active": active, "withdrawn": withdrawn, "arrivals": arrivals, "counters": counters,
+            "started_at": started_at}
 
 
 def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
@@ -88,7 +76,7 @@ def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
         except ValueError as e:
             refused.append(e)
             continue
-        if for_node(n, node):
+        if n.is_for(node):
             active[n.id] = n
     counters = body.get("counters")
     started_at = body.get("started_at")
@@ -128,8 +116,7 @@ class Budget:
         return cls(drain.budget_s, drain.checkpoint_s, drain.evict_s, drain.margin_s)
 
     def to_dict(self) -> dict[str, float]:
-        return {"budget_s": self.budget_s, "checkpoint_s": self.checkpoint_s, "evict_s": self.evict_s,
-                "margin_s": self.margin_s}
+        return {k: getattr(self, k) for k in BUDGET_KEYS}
 
     @classmethod
     def from_dict(cls, d: object) -> Budget:
@@ -137,7 +124,7 @@ class Budget:
         # from it (checkpoint_by, the cutoffs) out of what can be written down.
         if not isinstance(d, dict) or not all(_number(d.get(k)) and 0 <= d[k] <= MAX_BUDGET_S for k in BUDGET_KEYS):
             raise BadRecord(f"budget must hold {BUDGET_KEYS}, each 0..{MAX_BUDGET_S} s")
-        return cls(d["budget_s"], d["checkpoint_s"], d["evict_s"], d["margin_s"])
+        return cls(*(d[k] for k in BUDGET_KEYS))
 
 
 BUILTIN_BUDGET = Budget.of(BUILTIN.drain)
@@ -251,10 +238,8 @@ class DrainRecord:
         d.update(kind=self.kind, state=self.state, steps=dict(self.steps), received_at=self.received_at,
                  remaining=None if self.remaining is None else list(self.remaining), policy=self.policy,
                  taint_key=self.taint_key, budget=self.budget.to_dict(), pdb_blocked=self.pdb_blocked,
-                 exclude_from_lb=self.exclude_from_lb,
+                 exclude_from_lb=self.exclude_from_lb, phase=self.phase,
                  acks={k: {"status": a.status, "at": a.at} for k, a in self.acks.items()})
-        if self.phase:
-            d["phase"] = self.phase
         if self.contract_serial is not None:
             d["contract_serial"] = self.contract_serial
         return d
@@ -262,13 +247,10 @@ class DrainRecord:
     @classmethod
     def from_dict(cls, d: object, defaults: Contract = BUILTIN,
                   memo_problem: Callable[[dict[str, Any]], str] | None = None) -> DrainRecord:
-        """Decode and check the whole record, or BadRecord saying why it cannot be used.
-
-        Checked whole because the executor uses every field without further checks while it
-        drains: a wrong type (a hand edit, a disk returning garbage) would crash it one step later,
-        and a restart reads the same file again. Fields an older executor did not write take
-        ``defaults``' choices; ``memo_problem`` checks the scheduler's memory.
-        """
+        """Decode and check the whole record, or BadRecord saying why it cannot be used: the executor
+        uses every field unchecked while it drains, and a wrong type (a hand edit, a disk returning
+        garbage) would crash it one step later -- and a restart reads the same file again. Fields an
+        older executor did not write take ``defaults``' choices; ``memo_problem`` checks the memo."""
         why = _problem(d)
         if why:
             raise BadRecord(why)
@@ -345,10 +327,19 @@ def decode_records(doc: object, defaults: Contract = BUILTIN,
 
 def decode_progress(body: Mapping[str, Any]) -> tuple[dict[str, DrainRecord], dict[str, str]]:
     """The ``progress`` message; BadRecord if it has no 'notices' object."""
-    notices = body.get("notices")
-    if not isinstance(notices, dict):
-        raise BadRecord("progress without a notices object")
-    return decode_records(notices)
+    return decode_records(body.get("notices"))
+
+
+# -- the contract (topic ``contract``) ---------------------------------------------------------
+
+def encode_contract(contract: Contract) -> dict[str, Any]:
+    """The ``contract`` message: the contract's source and its payload."""
+    return {"source": contract.source, "contract": contract.to_dict()}
+
+
+def decode_contract(body: Mapping[str, Any]) -> Contract:
+    """ValueError naming the first bad field (common.contract validates the payload)."""
+    return Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
 
 
 # -- escalation (topic ``escalate``) ----------------------------------------------------------

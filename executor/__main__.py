@@ -23,7 +23,7 @@ import zmq
 
 from common import ipc, wire
 from common.config import Config
-from common.contract import BUILTIN, Contract
+from common.contract import BUILTIN
 from common.log import Logger
 from common.runtime import Rejections, SpoolLink, StopFlag, start
 from executor import progress_file, scheduler
@@ -69,8 +69,7 @@ class Executor:
                         self.rejections.add(ipc.WATCHER_PUB, e)
                     self.drains.active, self.drains.withdrawn = state.active, state.withdrawn
                 elif topic == ipc.T_CONTRACT:
-                    self.drains.contract = Contract.from_payload(body.get("contract"),
-                                                                 str(body.get("source", "bundle")))
+                    self.drains.contract = wire.decode_contract(body)
                     self.drains.contract_heard = True
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.rejections.add(ipc.WATCHER_PUB, e)

@@ -124,7 +124,7 @@ class Verifier:
                     self._on_notices(body)
                 elif topic == ipc.T_CONTRACT:
                     # {"source", "contract": {...}} as the watcher publishes it (watcher.contract_keeper).
-                    self.contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
+                    self.contract = wire.decode_contract(body)
                 elif topic == ipc.T_PROGRESS:
                     self.progress, refused = wire.decode_progress(body)
                     for why in refused.values():   # one bad record is refused alone

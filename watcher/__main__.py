@@ -26,7 +26,7 @@ from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
-from watcher.contract_keeper import ContractKeeper, contract_message
+from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
@@ -275,7 +275,7 @@ class Watcher:
             self.log.error("state.write_failed", path=self.state_path, error=str(e))
 
     def announce(self) -> None:
-        ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
+        ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract))
         snap = self.book.snapshot()
         ipc.send(self.pub, ipc.T_NOTICE, wire.encode_notice_state(
             snap["gen"], snap["active"], list(snap["withdrawn"]), snap["arrivals"], self.published_counters(),

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.notice import Notice, notice_from_dict
-from common.wire import for_node
 
 # Two channels report the same reclaim with deadlines that differ by rounding
 # (IMDS gives whole seconds; a relay may carry milliseconds).
@@ -58,7 +57,7 @@ class NoticeBook:
     dirty: bool = False
 
     def observe(self, notice: Notice, now: float) -> Outcome:
-        if not for_node(notice, self.node):
+        if not notice.is_for(self.node):
             return Outcome("ignored", notice, reason="other_node")
         if notice.kind == "cancel":
             return self._cancel(notice, now)
@@ -186,7 +185,7 @@ class NoticeBook:
         arrivals = dict(doc.get("arrivals") or {})
         for d in doc.get("active", []):
             n = notice_from_dict(d)
-            if for_node(n, node):
+            if n.is_for(node):
                 book.active[n.id] = n
                 raw = arrivals.get(n.id) or {n.channel: n.received_at}
                 book.arrivals[n.id] = {str(c): float(t) for c, t in dict(raw).items()}

@@ -25,6 +25,7 @@ from common.runtime import SpoolLink
 from common.wire import LEVELS
 from executor.__main__ import Executor
 from spool.intake import Intake, Rejected, parse_event
+from tests.drain_records import record_dict
 from tests.fuzzing import Feed, fuzz, json_bytes, json_scalars, json_values, mutated, near, times
 from verifier.__main__ import Verifier
 from watcher.__main__ import Watcher
@@ -71,11 +72,15 @@ notice_bodies = st.fixed_dictionaries({}, optional={
 contract_bodies = st.fixed_dictionaries({}, optional={
     "source": st.sampled_from(["bundle", "launch", "builtin", "x"]) | json_scalars,
     "contract": mutated(dict(BUILTIN.to_dict(), hall="h1")) | near(sorted(BUILTIN.to_dict())) | json_values})
-progress_records = st.fixed_dictionaries({}, optional={
+# A drain record as the executor sends it, one or two fields replaced by something hostile or left out.
+GOOD_RECORD = record_dict(received_at=1.8e9, steps={"cordoned": 1.8e9 + 1})
+progress_records = fields_off(GOOD_RECORD, {
     "state": st.sampled_from(["running", "done", "cordoned_only"]) | json_scalars, "kind": json_scalars,
     "steps": st.dictionaries(st.sampled_from(["cordoned", "node_empty", "x"]), ODD_NUMBERS, max_size=3),
     "remaining": st.lists(st.text(max_size=6), max_size=3) | json_values, "phase": json_scalars,
-    "acks": st.dictionaries(st.text(max_size=5), json_values, max_size=2)}) | json_values
+    "acks": st.dictionaries(st.text(max_size=5), json_values, max_size=2),
+    "budget": st.fixed_dictionaries({k: ODD_NUMBERS for k in ("budget_s", "checkpoint_s", "evict_s", "margin_s")})
+    | json_values, "received_at": ODD_NUMBERS, "slurm": json_values}) | json_values
 progress_bodies = st.fixed_dictionaries({}, optional={
     "notices": st.dictionaries(st.text(max_size=8), progress_records, max_size=3) | json_values})
 escalate_bodies = st.fixed_dictionaries({}, optional={

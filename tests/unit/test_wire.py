@@ -19,7 +19,6 @@ from common.wire import (
     decode_notice_state,
     encode_escalations,
     encode_progress,
-    for_node,
     phase_ends,
 )
 from executor import progress_file
@@ -158,7 +157,7 @@ def test_the_notice_state_keeps_this_nodes_notices_and_refuses_bad_ones_alone():
     assert set(state.active) == {"a", "b"} and state.withdrawn == frozenset({"w"}) and len(state.refused) == 1
     assert (state.arrivals, state.counters, state.started_at, state.gen) == (
         {"a": {"relay": T0}}, {"rejected.bad_json": 2}, 5.0, 4)
-    assert for_node(everyone, "anything") and not for_node(other, "node-a")
+    assert everyone.is_for("anything") and not other.is_for("node-a")
     with pytest.raises(BadRecord):
         decode_notice_state({"active": {"a": 1}}, "node-a")
 
