@@ -54,13 +54,11 @@ class NoticeState:
     gen: int = 0
     refused: tuple[ValueError, ...] = ()                                  # active records refused one by one
 
-
-def encode_notice_state(gen: int, active: list[dict[str, Any]], withdrawn: list[str],
-                        arrivals: dict[str, dict[str, float]], counters: dict[str, int],
-                        started_at: float) -> dict[str, Any]:
-    """The ``notice`` message: ``active`` as ``Notice.to_dict()`` records."""
-    return {"gen": gen, "active": active, "withdrawn": withdrawn, "arrivals": arrivals, "counters": counters,
-            "started_at": started_at}
+    def encode(self) -> dict[str, Any]:
+        """The ``notice`` message."""
+        return {"gen": self.gen, "active": [n.to_dict() for n in self.active.values()],
+                "withdrawn": sorted(self.withdrawn), "arrivals": self.arrivals, "counters": self.counters,
+                "started_at": self.started_at}
 
 
 def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import zmq
 
@@ -49,10 +50,14 @@ class Executor:
         self.clients = Clients.open(config, log, self.spool.emit)
         # Fields an older executor did not write take the built-in contract's choices.
         records = progress_file.load(self.state_path, BUILTIN, log, scheduler.memo_problem(config.node.scheduler))
-        self.drains = Drains(self.scheduler, self.clients, log, self.spool.emit, self._save, self.publish, records,
-                             dry_run=config.executor.dry_run)
+        self.drains = Drains(self.scheduler, self.clients, self, records, dry_run=config.executor.dry_run)
+        self.published_at = 0.0
 
-    def _save(self) -> None:
+    # -- the drain core's Shell ---------------------------------------------------
+    def emit(self, type: str, notice_id: str, data: dict[str, Any], now: float) -> object:
+        return self.spool.emit(type, notice_id, data, now)
+
+    def save(self) -> None:
         progress_file.save(self.state_path, self.drains.records, self.log)
 
     def publish(self) -> None:
@@ -86,11 +91,45 @@ class Executor:
     def bad_messages(self) -> int:
         return self.rejections.total
 
+    # -- the loop -----------------------------------------------------------------
+    def poller(self) -> zmq.Poller:
+        poller = zmq.Poller()
+        for sock in (self.sub, self.escalate_sub, self.spool.sock):
+            poller.register(sock, zmq.POLLIN)
+        for fd in (self.clients, self.scheduler):
+            if fd is not None:
+                poller.register(fd.fileno(), zmq.POLLIN)
+        return poller
+
+    def turn(self, events: dict[Any, int], now: float) -> None:
+        """One turn of the loop: read what is readable, then the drain core's turn."""
+        if self.sub in events:
+            self.on_sub_readable()
+        if self.escalate_sub in events:
+            self.on_escalate_readable()
+        if self.spool.sock in events:
+            self.spool.on_readable()
+        if self.clients is not None:
+            self.clients.serve(self.clients.fileno() in events, time.monotonic())
+        self.drains.on_reports(now)
+        self.drains.turn(now)
+        self.spool.tick(now)
+        self.rejections.tick()
+        if self.clients is not None:
+            self.clients.report_errors()
+        if now - self.published_at >= PUBLISH_EVERY_S:
+            self.publish()
+            self.published_at = now
+
     def close(self) -> None:
+        """Stop the scheduler's threads and the agent socket, say what is left to say."""
         if self.scheduler is not None:
             self.scheduler.close()
         if self.clients is not None:
             self.clients.close()
+            self.clients.report_errors(force=True)
+        self.rejections.tick(force=True)
+        self.spool.flush(1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,41 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     ctx = zmq.Context()
     ex = Executor(config, log, ctx)
-    drains, clients = ex.drains, ex.clients
-    poller = zmq.Poller()
-    for sock in (ex.sub, ex.escalate_sub, ex.spool.sock):
-        poller.register(sock, zmq.POLLIN)
-    for fd in (clients, ex.scheduler):
-        if fd is not None:
-            poller.register(fd.fileno(), zmq.POLLIN)
-    last_publish = 0.0
+    poller = ex.poller()
     while not stop.stopping:
         # Idle, wake once a second (level-triggered state arrives every second anyway); while a
         # drain runs, four times a second so retries and acks are not held back.
-        events = dict(poller.poll(250 if drains.busy else 1000))
-        if ex.sub in events:
-            ex.on_sub_readable()
-        if ex.escalate_sub in events:
-            ex.on_escalate_readable()
-        if ex.spool.sock in events:
-            ex.spool.on_readable()
-        if clients is not None:
-            clients.serve(clients.fileno() in events, time.monotonic())
-        now = time.time()
-        drains.on_reports(now)
-        drains.turn(now)
-        ex.spool.tick(now)
-        ex.rejections.tick()
-        if clients is not None:
-            clients.report_errors()
-        if now - last_publish >= PUBLISH_EVERY_S:
-            ex.publish()
-            last_publish = now
+        ex.turn(dict(poller.poll(250 if ex.drains.busy else 1000)), time.time())
     ex.close()
-    ex.rejections.tick(force=True)
-    if clients is not None:
-        clients.report_errors(force=True)
-    ex.spool.flush(1.0)
     ctx.destroy(linger=0)
     log.info("process.stopped")
     return 0

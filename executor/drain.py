@@ -16,13 +16,14 @@ Then, whenever the scheduler reports (``on_reports``), **apply its reports** to 
 records, and **finish**: an end state stops the advancing. Records are saved
 (``executor.json``) and published for the verifier as they change.
 
-No I/O here but through what the executor hands in: the scheduler, the clients,
-``save``/``publish``, the logger and the spool's ``emit``. The clock is passed in.
+No I/O here but through what the executor hands in: the scheduler, the clients
+and its ``Shell`` (the log, the spool, the state file, ``executor.pub``). The clock
+is passed in.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from common.contract import BUILTIN, Contract
 from common.notice import Notice
@@ -50,14 +51,28 @@ TELL_CLIENTS_AFTER_S = 2.0   # tell clients at the latest this long after receip
 SAVE_EVERY_S = 0.2           # per-pod progress is saved at most this often (steps and states at once)
 
 
+class Shell(Protocol):
+    """What the core asks of the executor's process."""
+
+    log: Logger
+
+    def emit(self, type: str, notice_id: str, data: dict[str, Any], now: float) -> object:
+        """Send an event to the spool."""
+
+    def save(self) -> None:
+        """Write every record to executor.json."""
+
+    def publish(self) -> None:
+        """Send every record on executor.pub."""
+
+
 class Drains:
     """Every drain of this node: the records (the only writer) and the recipe above."""
 
-    def __init__(self, scheduler: Scheduler | None, clients: Clients | None, log: Logger,
-                 emit: Callable[..., Any], save: Callable[[], None], publish: Callable[[], None],
+    def __init__(self, scheduler: Scheduler | None, clients: Clients | None, shell: Shell,
                  records: dict[str, DrainRecord], dry_run: bool = False) -> None:
-        self.scheduler, self.clients = scheduler, clients
-        self.log, self.emit, self.save, self.publish = log, emit, save, publish
+        self.scheduler, self.clients, self.shell = scheduler, clients, shell
+        self.log = shell.log
         self.records = records
         self.dry_run = dry_run
         self.active: dict[str, Notice] = {}
@@ -95,7 +110,7 @@ class Drains:
         for r in self.scheduler.reports():
             changed = self._apply(r, now) or changed
         if changed:
-            self.publish()
+            self.shell.publish()
             self.unsaved = True
         # A restart re-reads the scheduler anyway (an evicted pod shows as terminating), so
         # per-pod progress need not hit the disk at once.
@@ -104,7 +119,7 @@ class Drains:
 
     def save_now(self, now: float) -> None:
         self.unsaved, self.saved_at = False, now
-        self.save()
+        self.shell.save()
 
     # -- 1. start the record -------------------------------------------------------------
     def _start(self, n: Notice, now: float) -> DrainRecord | None:
@@ -114,7 +129,7 @@ class Drains:
         # Saved before it is announced: an executor killed in between must not start (and
         # announce) the same drain again.
         self.save_now(now)
-        self.emit("drain.started", n.id, {"kind": n.kind, "policy": rec.policy}, now)
+        self.shell.emit("drain.started", n.id, {"kind": n.kind, "policy": rec.policy}, now)
         return rec
 
     # -- 2. tell the clients -------------------------------------------------------------
@@ -134,10 +149,10 @@ class Drains:
         elif not told:
             # Workloads would checkpoint (and maybe stop) on a notice: a dry run must not tell them.
             data = {"action": "tell_clients", "clients": self.clients.count()}
-            self.log.info("drain.dry_run", notice_id=n.id, **data)
-            self.emit("drain.dry_run", n.id, data, now)
+            self._announce(n.id, "drain.dry_run", data, now)
         if not told:
-            self._step(n.id, rec, Step.CLIENTS_TOLD, "drain.clients_told", {"clients": self.clients.count()}, now)
+            self._step(StepDone(n.id, Step.CLIENTS_TOLD, "drain.clients_told", {"clients": self.clients.count()}),
+                       rec, now)
 
     def _collect_acks(self, now: float) -> None:
         if self.clients is None:
@@ -147,8 +162,7 @@ class Drains:
             if rec is not None:
                 rec.acks[ack.key] = Ack(ack.status, now)
                 self.save_now(now)
-            self.log.info("drain.checkpoint_acked", notice_id=ack.notice_id, **ack.data)
-            self.emit("drain.checkpoint_acked", ack.notice_id, ack.data, now)
+            self._announce(ack.notice_id, "drain.checkpoint_acked", ack.data, now)
 
     # -- 3. advance the scheduler --------------------------------------------------------
     def _order(self, n: Notice, rec: DrainRecord) -> Order:
@@ -171,45 +185,63 @@ class Drains:
     # -- 4. apply its reports, finish ------------------------------------------------------
     def _apply(self, r: Report, now: float) -> bool:
         """One report onto its record; True if the record changed."""
-        nid = r.notice_id
         if isinstance(r, Log):
-            (self.log.info if r.level == "info" else self.log.warning)(r.name, notice_id=nid, **r.data)
+            (self.log.info if r.level == "info" else self.log.warning)(r.name, notice_id=r.notice_id, **r.data)
             return False
-        rec = self.records.get(nid)
+        rec = self.records.get(r.notice_id)
         if rec is None:
             if isinstance(r, Remember) and r.saved is not None:
                 r.saved.set()   # nothing to keep it in: do not hold the scheduler up
             return False
-        if isinstance(r, StepDone):
-            if r.event:
-                self._step(nid, rec, r.step, r.event, r.data, now)
-            else:
-                rec.steps[r.step] = now
-        elif isinstance(r, Announce):
-            self.log.info(r.event, notice_id=nid, **r.data)
-            self.emit(r.event, nid, r.data, now)
-            return False
-        elif isinstance(r, Remaining):
-            rec.remaining = list(r.items)
-        elif isinstance(r, InPhase):
-            rec.phase = r.phase
-        elif isinstance(r, NewState):
-            if rec.state == DrainState.WITHDRAWN or (r.state != DrainState.WITHDRAWN and nid in self.withdrawn):
-                return False   # a late report from a drain that was stopped
-            rec.state = r.state
-            self.save_now(now)
-        elif isinstance(r, Remember):
-            rec.memo = dict(r.memo)
-            if r.saved is not None:
-                self.save_now(now)
-                r.saved.set()
+        return _APPLY[type(r)](self, r, rec, now)
+
+    def _on_step(self, r: StepDone, rec: DrainRecord, now: float) -> bool:
+        if r.event:
+            self._step(r, rec, now)
+        else:
+            rec.steps[r.step] = now
         return True
 
-    def _step(self, nid: str, rec: DrainRecord, step: str, event: str, data: dict[str, Any], now: float) -> None:
-        """A step done: recorded, saved, announced, published."""
-        rec.steps[step] = now
+    def _on_announce(self, r: Announce, rec: DrainRecord, now: float) -> bool:
+        self._announce(r.notice_id, r.event, r.data, now)
+        return False
+
+    def _on_remaining(self, r: Remaining, rec: DrainRecord, now: float) -> bool:
+        rec.remaining = list(r.items)
+        return True
+
+    def _on_phase(self, r: InPhase, rec: DrainRecord, now: float) -> bool:
+        rec.phase = r.phase
+        return True
+
+    def _on_state(self, r: NewState, rec: DrainRecord, now: float) -> bool:
+        if rec.state == DrainState.WITHDRAWN or (r.state != DrainState.WITHDRAWN and r.notice_id in self.withdrawn):
+            return False   # a late report from a drain that was stopped
+        rec.state = r.state
         self.save_now(now)
-        data = dict(data, since_received_ms=round((now - rec.received_at) * 1000))
+        return True
+
+    def _on_remember(self, r: Remember, rec: DrainRecord, now: float) -> bool:
+        rec.memo = dict(r.memo)
+        if r.saved is not None:
+            self.save_now(now)
+            r.saved.set()
+        return True
+
+    def _step(self, r: StepDone, rec: DrainRecord, now: float) -> None:
+        """A step done: recorded, saved, announced, published."""
+        rec.steps[r.step] = now
+        self.save_now(now)
+        data = dict(r.data, since_received_ms=round((now - rec.received_at) * 1000))
+        self._announce(r.notice_id, r.event, data, now)
+        self.shell.publish()
+
+    def _announce(self, nid: str, event: str, data: dict[str, Any], now: float) -> None:
         self.log.info(event, notice_id=nid, **data)
-        self.emit(event, nid, data, now)
-        self.publish()
+        self.shell.emit(event, nid, data, now)
+
+
+# Each report onto a record (Log has no record: _apply handles it first).
+_APPLY: dict[type, Callable[[Drains, Any, DrainRecord, float], bool]] = {
+    StepDone: Drains._on_step, Announce: Drains._on_announce, Remaining: Drains._on_remaining,
+    InPhase: Drains._on_phase, NewState: Drains._on_state, Remember: Drains._on_remember}

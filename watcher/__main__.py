@@ -277,9 +277,10 @@ class Watcher:
     def announce(self) -> None:
         ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract))
         snap = self.book.snapshot()
-        ipc.send(self.pub, ipc.T_NOTICE, wire.encode_notice_state(
-            snap["gen"], snap["active"], list(snap["withdrawn"]), snap["arrivals"], self.published_counters(),
-            self.started_at))
+        state = wire.NoticeState(active=self.book.active, withdrawn=frozenset(snap["withdrawn"]),
+                                 arrivals=snap["arrivals"], counters=self.published_counters(),
+                                 started_at=self.started_at, gen=snap["gen"])
+        ipc.send(self.pub, ipc.T_NOTICE, state.encode())
 
     def published_counters(self) -> dict[str, int]:
         """The watcher's counters and the contract keeper's rejections (``contract.rejected.<reason>``)."""

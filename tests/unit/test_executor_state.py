@@ -35,7 +35,7 @@ def test_a_new_drain_is_on_disk_before_drain_started_is_sent(tmp_path):
             on_disk.append((type_, notice_id in saved))
             return {}
 
-        ex.drains.emit = spy
+        ex.spool.emit = spy
         ex.drains.contract_heard = True
         now = time.time()
         ex.drains.turn(now)

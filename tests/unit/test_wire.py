@@ -55,8 +55,7 @@ def test_the_executor_and_the_verifier_time_a_notice_alike():
     contract = Contract.from_payload({"serial": 4, "hall": "h1", "issued_at": "2026-11-29T12:00:00Z",
                                       "drain": {"budget_s": 60, "checkpoint_s": 20, "evict_s": 25, "margin_s": 8}})
     n = notice(deadline_in=50.0)   # short: the evict phase is squeezed to the cutoff
-    drains = Drains(None, None, Logger("t", stream=io.StringIO()), lambda *a, **k: {}, lambda: None, lambda: None,
-                    {}, dry_run=False)
+    drains = Drains(None, None, QuietShell(), {})
     drains.contract, drains.contract_heard, drains.active = contract, True, {n.id: n}
     drains.turn(T0 + 1)
     rec = drains.records[n.id]
@@ -74,6 +73,19 @@ def test_the_executor_and_the_verifier_time_a_notice_alike():
     assert [phase_at(ends, t, None) for t in (T0 + 20.4, T0 + 20.5, T0 + 42.0)] == ["checkpoint", "evict", "kill"]
     # What the agent socket's clients are told (once the node is cordoned).
     assert format_rfc3339(ends.checkpoint_by) == format_rfc3339(clock["checkpoint_at"])
+
+
+class QuietShell:
+    log = Logger("t", stream=io.StringIO())
+
+    def emit(self, *args: object) -> None:
+        pass
+
+    def save(self) -> None:
+        pass
+
+    def publish(self) -> None:
+        pass
 
 
 def _config():
