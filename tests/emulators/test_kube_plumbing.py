@@ -4,7 +4,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
 from tests.emulators.kube.control import seed
 from tests.emulators.test_kube_http import Client
+from tests.procutil import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,7 @@ def test_watch_from_compacted_resource_version_is_410() -> None:
 
 
 def _connections_become(server: KubeApiServer, n: int) -> bool:
-    deadline = time.monotonic() + 10
-    while server.open_connections != n and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return server.open_connections == n
+    return wait_for(lambda: server.open_connections == n, 10, f"{n} open connections", interval=0.02, retry_on=())
 
 
 def test_idle_watch_ends_when_its_client_hangs_up(api: Client) -> None:
