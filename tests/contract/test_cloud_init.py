@@ -5,8 +5,6 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
 from watcher.contract_store import parse_public_key
 from watcher.contract_verify import Accepted, NodeScope, decide
 
@@ -17,7 +15,7 @@ def _write_files() -> dict[str, str]:
     """path -> content of each write_files entry, read without a YAML library.
 
     Enough for this file's shape (``- path:`` then ``content: |`` blocks); the
-    real YAML parse is the next test, when PyYAML is installed.
+    real YAML parse (PyYAML, as cloud-init does) is the next test, and checks this one.
     """
     files: dict[str, str] = {}
     path = None
@@ -56,7 +54,7 @@ def test_launch_subset_verifies_with_the_shipped_trust_key() -> None:
 
 
 def test_parses_as_yaml_with_expected_modes() -> None:
-    yaml = pytest.importorskip("yaml")  # not an agent dependency; checked where available
+    import yaml  # the test extra's PyYAML, what cloud-init parses user-data with; not an agent dependency
     doc = yaml.safe_load(USER_DATA.read_text(encoding="utf-8"))
     entries = {f["path"]: f for f in doc["write_files"]}
     assert set(entries) == set(_write_files())
