@@ -4,6 +4,9 @@ Two listeners: the service port (what the agent talks to; it can be closed and
 reopened on the same port to look like a stopped service) and a control port
 that only answers ``/_emu/`` and stays up whatever the test does to the other.
 ``/_emu/`` is answered on the service port too, while it listens.
+
+Each request is in the request log before its answer (or hang-up) goes out, as in the
+Kubernetes emulator: a test that has its answer reads the log at once, no waiting and no race.
 """
 from __future__ import annotations
 
@@ -196,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Listener
     _server_name = "emulator"
+    _unlogged: tuple[Request, FaultRule | None] | None = None   # the request being answered
 
     def setup(self) -> None:
         super().setup()
@@ -230,8 +234,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._guarded(lambda: self._write(text_response(404, "control port: /_emu/ only\n")))
             return
         fault = owner.faults.take(request.method, request.path)
+        self._unlogged = (request, fault)
         status = self._guarded(lambda: self._run(request, fault))
-        owner.record(request, status, fault)
+        self._log(status)   # only if no answer went out (the write failed before the headers)
+
+    def _log(self, status: int | None) -> None:
+        """Put the request in the log, once, before its answer (or hang-up) goes out: a client
+        that has its answer -- or its connection error -- always finds the request in the log.
+        ``status`` is the answer's status; None when the emulator answered nothing."""
+        if self._unlogged is not None:
+            (request, fault), self._unlogged = self._unlogged, None
+            self.server.owner.record(request, status, fault)
 
     def _guarded(self, action: Callable[[], int | None]) -> int | None:
         """Run a write; a client that went away only ends this connection."""
@@ -296,11 +309,13 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in response.headers:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
+        self._log(response.status)
         self.end_headers()
         self.wfile.write(response.body)
         return response.status
 
     def _drop(self) -> None:
+        self._log(None)
         self.close_connection = True
         _shutdown(self.connection)
 
@@ -315,6 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
         else:
             self.send_header("Content-Length", str(fault.size))
+        self._log(200)
         self.end_headers()
         remaining = fault.size
         while remaining > 0 and not stopping.is_set():
@@ -333,6 +349,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", "4096")
+        self._log(None)   # cut short: no answer a client can use
         self.end_headers()
         self.wfile.write(b'{"action": "term')
         return self._drop()
