@@ -49,6 +49,14 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str | Callable[[]
     raise TimeoutError(f"timed out after {timeout}s waiting for {desc} ({detail})")
 
 
+def at_least(n: int, items: Callable[[], list[T]]) -> Callable[[], list[T] | None]:
+    """A wait_for predicate: ``items()`` once it holds ``n`` or more (the caller asserts the exact list)."""
+    def enough() -> list[T] | None:
+        found = items()
+        return found if len(found) >= n else None
+    return enough
+
+
 def venv_tool(name: str) -> str:
     """A command installed with this interpreter's packages (the test extra): kubectl, nats-server...
 
