@@ -127,7 +127,7 @@ def test_a_pod_checkpointing_waits_for_its_ack(kube, drains):
     wait_for(lambda: evicted(kube) == ["free"], 10, "the free pod evicted")
 
     def listings() -> int:
-        return sum(1 for e in kube.log() if e["method"] == "GET" and e["path"].startswith("/api/v1/pods?"))
+        return sum(1 for e in kube.requests() if e["method"] == "GET" and e["path"] == "/api/v1/pods")
 
     # Several listing rounds (counted, not slept for): the held pod must still not be touched.
     rounds = listings()
