@@ -127,8 +127,10 @@ class Verifier:
                     self.contract = wire.decode_contract(body)
                 elif topic == ipc.T_PROGRESS:
                     self.progress, refused = wire.decode_progress(body)
-                    for why in refused.values():   # one bad record is refused alone
-                        self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(f"drain record: {why}"))
+                    if refused:   # counted once per message; the good records next to them still count
+                        nid, why = next(iter(refused.items()))
+                        self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
+                            f"{len(refused)} drain record(s) refused, e.g. {nid[:64]!r}: {why}"))
                     self.progress_at = time.time()
                 self.heard.add(topic)
             except (ipc.BadMessage, ValueError, TypeError) as e:

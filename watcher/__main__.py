@@ -250,8 +250,10 @@ class Watcher:
             except (ipc.BadMessage, wire.BadRecord) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB, e)
                 continue
-            if refused:   # counted once per message: the good records next to them still count
-                self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(f"{len(refused)} drain record(s) refused"))
+            if refused:   # counted once per message; the good records next to them still count
+                nid, why = next(iter(refused.items()))
+                self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
+                    f"{len(refused)} drain record(s) refused, e.g. {nid[:64]!r}: {why}"))
             self._on_progress(records)
 
     def _on_progress(self, records: dict[str, wire.DrainRecord]) -> None:
