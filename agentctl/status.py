@@ -7,11 +7,7 @@ files and running supervisorctl is agentctl/__main__.py's job.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
-
-import ujson
 
 from common.notice import Notice, notice_from_dict
 from common.timefmt import format_rfc3339
@@ -36,19 +32,12 @@ def parse_processes(lines: list[str]) -> list[dict[str, str]]:
 
 
 def contract_view(doc: Any) -> dict[str, Any] | None:
-    """Serial and budget from contract.json: a plain contract, ``{"contract": ...}`` or a DSSE envelope.
+    """Serial and budget from contract.json, which the watcher writes as ``{"contract": ...}``
+    (watcher.contract_keeper); anything else is shown as nothing.
 
     Only shown, never trusted: the watcher verified it before writing it.
     """
-    if not isinstance(doc, dict):
-        return None
-    if isinstance(doc.get("contract"), dict):
-        doc = doc["contract"]
-    elif isinstance(doc.get("payload"), str):
-        try:
-            doc = ujson.loads(base64.b64decode(doc["payload"], validate=True))
-        except (ValueError, binascii.Error):
-            return {"error": "unreadable envelope payload"}
+    doc = doc.get("contract") if isinstance(doc, dict) else None
     if not isinstance(doc, dict):
         return None
     drain = doc.get("drain") if isinstance(doc.get("drain"), dict) else {}

@@ -4,24 +4,74 @@ Why not ``requests``: it costs about 9 MiB per process that imports it
 (measured here), and the agent only makes a handful of plain calls -- metadata
 polls, Kubernetes REST, Vector batches. What ``requests`` would add
 (redirects, cookies, proxies, charset guessing) the agent must not do anyway.
-What matters is here: a timeout on every call, a bounded body read (a peer
-cannot fill our memory), and every failure mapped to one small set of reasons.
+What matters is here: one deadline on every call's whole exchange, a bounded
+body read (a peer cannot fill our memory), and every failure mapped to one
+small set of reasons.
+
+The deadline: a socket timeout bounds each recv, so a peer that sends one
+byte just inside it, again and again, would hold a call for ever. Here the
+connect, the send, the status line, the headers and the body all share one
+monotonic deadline: before every read from the socket its timeout is cut to
+the time left (``_DeadlineReader``), and a read that starts past it fails.
 """
 from __future__ import annotations
 
 import http.client
+import io
+import socket
 import ssl
+import time
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 from urllib.parse import urlsplit
 
 
 class HttpError(Exception):
-    """A call that produced no usable answer. ``reason``: timeout | refused | too_large | error."""
+    """A call that produced no usable answer. ``reason``: timeout | refused | too_large | error;
+    for ``error``, ``cause`` says which: truncated (the body ended before its Content-Length),
+    protocol (not HTTP) or network (reset, DNS, TLS)."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, cause: str = "", status: int = 0) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.cause = cause or reason
+        self.status = status   # the HTTP status, when a response was too large to read
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The response's view of the socket: every read gets at most the time left to the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)   # holds the socket open while the body is read
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        self._sock.settimeout(left)
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """An ``HTTPResponse`` whose status line, headers and body are read before one deadline."""
+
+    def __init__(self, sock: socket.socket, debuglevel: int = 0, method: str | None = None,
+                 url: str | None = None, *, deadline: float) -> None:
+        super().__init__(sock, debuglevel, method, url)
+        self.fp.close()
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
 
 
 @dataclass(slots=True)
@@ -71,6 +121,7 @@ class HttpClient:
         return self._ssl
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        """The kept-alive connection; ``timeout_s`` bounds a new connect (and TLS handshake) and the send."""
         if self._conn is None:
             if self._ssl is not None:
                 self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s,
@@ -91,32 +142,55 @@ class HttpClient:
     def request(self, method: str, path: str, headers: dict[str, str] | None = None,
                 body: bytes | None = None, timeout_s: float | None = None,
                 max_body: int | None = None) -> Response:
-        """One call; raises HttpError for no answer, returns any HTTP status as a Response."""
+        """One call, over by ``timeout_s`` (default: the client's) from connect to the body's last byte.
+
+        Raises HttpError for no answer, returns any HTTP status as a Response.
+        """
         limit = self.max_body if max_body is None else max_body
-        conn = self._connection(self.timeout_s if timeout_s is None else timeout_s)
+        budget = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        conn = self._connection(budget)
+        conn.response_class = partial(_DeadlineResponse, deadline=deadline)   # type: ignore[assignment]
         try:
+            if conn.sock is None:
+                conn.connect()   # within timeout_s, TLS handshake included
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("deadline passed")
+            conn.sock.settimeout(left)   # sendall: one timeout for the whole request
             conn.request(method, self.prefix + path, body=body, headers=headers or {})
             resp = conn.getresponse()
             hdrs = {k.lower(): v for k, v in resp.getheaders()}
             length = hdrs.get("content-length")
-            if length is not None and length.isascii() and length.isdigit() and int(length) > limit:
+            expected = int(length) if length is not None and length.isascii() and length.isdigit() else None
+            if expected is not None and expected > limit:
                 self.close()   # never read a body we already know is too large
-                raise HttpError("too_large", f"{method} {path}: Content-Length {length} > {limit}")
+                raise HttpError("too_large", f"{method} {path}: Content-Length {length} > {limit}",
+                                status=resp.status)
             data = resp.read(limit + 1)
             if len(data) > limit:
                 self.close()
-                raise HttpError("too_large", f"{method} {path}: body larger than {limit}")
+                raise HttpError("too_large", f"{method} {path}: body larger than {limit}", status=resp.status)
+            if resp.length:   # bytes of the Content-Length still missing: http.client returns short at EOF
+                self.close()
+                raise HttpError("error", f"{method} {path}: {len(data)} of {expected} bytes", "truncated")
             if resp.will_close:
                 self.close()
             return Response(resp.status, hdrs, data)
         except HttpError:
             raise
-        except TimeoutError as e:
+        except TimeoutError:
             self.close()
-            raise HttpError("timeout", f"{method} {path}: {e}") from None
+            raise HttpError("timeout", f"{method} {path}: no complete answer within {budget:g} s") from None
         except ConnectionRefusedError as e:
             self.close()
             raise HttpError("refused", f"{method} {path}: {e}") from None
-        except (OSError, http.client.HTTPException, ssl.SSLError) as e:
+        except http.client.IncompleteRead as e:
             self.close()
-            raise HttpError("error", f"{method} {path}: {type(e).__name__}: {e}") from None
+            raise HttpError("error", f"{method} {path}: {e!r}", "truncated") from None
+        except http.client.HTTPException as e:
+            self.close()
+            raise HttpError("error", f"{method} {path}: {type(e).__name__}: {e}", "protocol") from None
+        except (OSError, ssl.SSLError) as e:
+            self.close()
+            raise HttpError("error", f"{method} {path}: {type(e).__name__}: {e}", "network") from None

@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import ujson
-
+from common import state_file
 from common.contract import Contract
-from common.fsutil import write_atomic
 from common.log import Logger
 from common.wire import BadRecord, DrainRecord, decode_records, encode_progress
 
@@ -27,13 +25,8 @@ def load(path: str, contract: Contract, log: Logger,
          memo_problem: Callable[[dict[str, Any]], str] | None = None) -> dict[str, DrainRecord]:
     """The records of the file at ``path`` that can be resumed; {} when there is none or it is unreadable.
     Fields an older executor did not write take ``contract``'s choices."""
-    try:
-        with open(path, "rb") as f:
-            doc = ujson.loads(f.read(MAX_FILE))
-    except FileNotFoundError:
-        return {}
-    except (ValueError, OSError) as e:
-        log.error("state.corrupt", path=path, error=str(e)[:300])
+    doc = state_file.load(path, MAX_FILE, log)
+    if doc is None:
         return {}
     try:
         kept, refused = decode_records(doc, contract, memo_problem)
@@ -46,7 +39,4 @@ def load(path: str, contract: Contract, log: Logger,
 
 
 def save(path: str, records: dict[str, DrainRecord], log: Logger) -> None:
-    try:
-        write_atomic(path, ujson.dumps(encode_progress(records)["notices"]).encode())
-    except OSError as e:
-        log.error("state.write_failed", error=str(e))
+    state_file.save(path, encode_progress(records)["notices"], log)

@@ -16,10 +16,9 @@ import sys
 import time
 from typing import Any
 
-import ujson
 import zmq
 
-from common import ipc, wire
+from common import ipc, state_file, wire
 from common.config import Config
 from common.contract import BUILTIN, Contract
 from common.fsutil import write_atomic
@@ -33,6 +32,7 @@ STATE_FILE = "verdicts.json"
 # filesystem (tmpfs) and outlives a restart of the verifier, so a verdict announced while the disk
 # was full is still known to the next verifier, which would otherwise judge the notice again.
 FALLBACK_FILE = "verdicts.json"
+MAX_STATE = 8 << 20
 PUBLISH_EVERY_S = 1.0
 # After a start, judge once the watcher, the contract and the executor have all
 # been heard -- or after this long without them (each re-announces every second),
@@ -83,29 +83,15 @@ class Verifier:
         return max(docs, key=lambda d: core.as_number(d.get("generation")), default=None)
 
     def _read(self, path: str) -> Any:
-        try:
-            with open(path, "rb") as f:
-                return ujson.loads(f.read(8 << 20))
-        except FileNotFoundError:
-            return None
-        except (ValueError, OSError) as e:
-            self.log.error("state.corrupt", path=path, error=str(e)[:300])
-            return None
+        return state_file.load(path, MAX_STATE, self.log)
 
     def _save(self) -> None:
         self.state["generation"] += 1
-        data = ujson.dumps(self.state).encode()
-        try:
-            write_atomic(self.state_path, data)
-        except OSError as e:
-            if not self.save_failing:
-                self.log.error("state.write_failed", path=self.state_path, error=str(e)[:300])
+        # Logged once per failing spell; the fallback's failures every time (announced anyway:
+        # a verdict no disk could keep is still a verdict).
+        if not state_file.save(self.state_path, self.state, self.log, report=not self.save_failing):
             self.save_failing = True
-            try:
-                write_atomic(self.fallback_path, data)
-            except OSError as e2:
-                # Announce anyway: a verdict no disk could keep is still a verdict.
-                self.log.error("state.write_failed", path=self.fallback_path, error=str(e2)[:300])
+            state_file.save(self.fallback_path, self.state, self.log)
             return
         if self.save_failing:
             self.save_failing = False

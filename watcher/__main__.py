@@ -17,12 +17,10 @@ import sys
 import time
 from typing import Any
 
-import ujson
 import zmq
 
-from common import ipc, wire
+from common import ipc, state_file, wire
 from common.config import Config
-from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
@@ -38,6 +36,7 @@ from watcher.relay import run_relay
 ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
+MAX_STATE = 1 << 20
 # A repeated error is logged (and sent to the spool) again only after this long;
 # every occurrence is still counted.
 REPEAT_REPORT_S = 60.0
@@ -89,14 +88,14 @@ class Watcher:
 
     def _load_book(self) -> NoticeBook:
         node = self.config.node.name
-        try:
-            with open(self.state_path, "rb") as f:
-                return NoticeBook.restore(node, ujson.loads(f.read(1 << 20)))
-        except FileNotFoundError:
+        # A corrupt state file must not stop the watcher: start empty, the
+        # channels will re-deliver a live notice within one poll.
+        doc = state_file.load(self.state_path, MAX_STATE, self.log)
+        if doc is None:
             return NoticeBook(node=node)
-        except (ValueError, OSError, TypeError, AttributeError) as e:
-            # A corrupt state file must not stop the watcher: start empty, the
-            # channels will re-deliver a live notice within one poll.
+        try:
+            return NoticeBook.restore(node, doc)
+        except (ValueError, TypeError, AttributeError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
             return NoticeBook(node=node)
 
@@ -269,12 +268,10 @@ class Watcher:
 
     # -- outputs --------------------------------------------------------------------
     def persist(self) -> None:
-        try:
-            write_atomic(self.state_path, ujson.dumps(self.book.snapshot()).encode())
+        if state_file.save(self.state_path, self.book.snapshot(), self.log):
             self.book.dirty = False
-        except OSError as e:
+        else:
             self.count("state.write_failed")
-            self.log.error("state.write_failed", path=self.state_path, error=str(e))
 
     def announce(self) -> None:
         ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract))

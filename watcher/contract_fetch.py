@@ -8,14 +8,13 @@ network or server fault.
 """
 from __future__ import annotations
 
-import http.client
-import socket
-import time
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from common.contract import Contract
+from common.http import HttpClient, HttpError, tls_context
 from watcher.contract_verify import (
     MAX_ENVELOPE_BYTES,
     Accepted,
@@ -28,9 +27,8 @@ from watcher.ed25519_check import SignatureCheck, check_here
 REFRESH_INTERVAL_S = 60.0
 REFRESH_JITTER_S = 10.0  # spreads a hall's nodes so a fleet rollout does not fetch in lockstep
 FETCH_TIMEOUT_S = 5.0
-_CHUNK = 16384
 
-_ssl_context = None  # built once, at the first https fetch: loading the CA store is not free
+_ssl_context: ssl.SSLContext | None = None  # built at the first https fetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,97 +111,51 @@ def check_url(url: str) -> tuple[str, str, int | None, str]:
 
 def fetch(url: str, etag: str | None, timeout_s: float = FETCH_TIMEOUT_S,
           limit: int = MAX_ENVELOPE_BYTES) -> FetchResult:
-    """GET ``url`` with If-None-Match ``etag``; the whole exchange ends within about ``timeout_s``."""
+    """GET ``url`` with If-None-Match ``etag``; the whole exchange ends within ``timeout_s``
+    (common.http's deadline: connect, headers and body alike)."""
     try:
         scheme, host, port, target = check_url(url)
+        client = HttpClient(f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}", timeout_s=timeout_s,
+                            max_body=limit, tls=_tls() if scheme == "https" else None)
     except ValueError as exc:
         return FetchResult(0, etag, error="fetch_error:protocol", detail=str(exc))
-    conn = _connection(scheme, host, port, timeout_s)
-    try:
-        return _exchange(conn, target, etag, limit, time.monotonic() + timeout_s)
-    except TimeoutError:
-        return FetchResult(0, etag, error="fetch_error:timeout", detail=f"no answer within {timeout_s} s")
-    except ConnectionRefusedError as exc:
-        return _failed(etag, "fetch_error:refused", exc)
-    except http.client.IncompleteRead as exc:
-        return _failed(etag, "truncated", exc)
-    except http.client.HTTPException as exc:
-        return _failed(etag, "fetch_error:protocol", exc)
-    except OSError as exc:  # DNS, reset, TLS
-        return _failed(etag, "fetch_error:network", exc)
-    finally:
-        conn.close()
-
-
-def _failed(etag: str | None, code: str, exc: Exception) -> FetchResult:
-    return FetchResult(0, etag, error=code, detail=f"{type(exc).__name__}: {exc}"[:200])
-
-
-def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> http.client.HTTPConnection:
-    global _ssl_context
-    if scheme == "http":
-        return http.client.HTTPConnection(host, port, timeout=timeout_s)
-    if _ssl_context is None:
-        import ssl
-
-        _ssl_context = ssl.create_default_context()
-    return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_ssl_context)
-
-
-def _exchange(conn: http.client.HTTPConnection, target: str, etag: str | None, limit: int,
-              deadline: float) -> FetchResult:
     headers = {"Accept": "application/json", "User-Agent": "sco-agent", "Connection": "close"}
     if etag:
         headers["If-None-Match"] = etag
-    conn.request("GET", target, headers=headers)
-    # Kept before getresponse(), which drops conn.sock when the server closes
-    # after the response; the response still reads from this socket.
-    sock = conn.sock
-    _shrink_timeout(sock, deadline)
-    resp = conn.getresponse()
-    new_etag = resp.getheader("ETag") or None
+    try:
+        resp = client.request("GET", target, headers=headers)
+    except HttpError as exc:
+        return _failed(etag, exc, timeout_s)
+    finally:
+        client.close()
+    new_etag = resp.headers.get("etag") or None
     if resp.status == 304:
         return FetchResult(304, new_etag or etag)
     if resp.status != 200:
-        return FetchResult(resp.status, etag, error=status_error(resp.status),
-                           detail=f"HTTP {resp.status} {resp.reason}"[:200])
-    length_header = (resp.getheader("Content-Length") or "").strip()
-    length = int(length_header) if length_header.isascii() and length_header.isdigit() else None
-    if length is not None and length > limit:
-        # Refused on the header alone: the body is never read.
-        return FetchResult(200, etag, error="too_large", detail=f"Content-Length {length} > {limit}")
-    body = _read_bounded(resp, sock, limit, deadline)
-    if body is None:
-        return FetchResult(200, etag, error="too_large", detail=f"body over {limit} bytes")
-    if length is not None and len(body) != length:
-        # read1() returns short at EOF instead of raising IncompleteRead.
-        return FetchResult(200, etag, error="truncated", detail=f"{len(body)} of {length} bytes")
-    return FetchResult(200, new_etag, body=body)
+        return FetchResult(resp.status, etag, error=status_error(resp.status), detail=f"HTTP {resp.status}")
+    return FetchResult(200, new_etag, body=resp.body)
 
 
-def _read_bounded(resp: http.client.HTTPResponse, sock: socket.socket | None, limit: int,
-                  deadline: float) -> bytes | None:
-    """The body, or None past ``limit`` bytes (reading stops at limit + 1)."""
-    chunks: list[bytes] = []
-    size = 0
-    while not resp.isclosed():  # closed: the whole Content-Length has been read
-        # Per-read timeouts alone let a server trickle a byte at a time for
-        # ever; shrinking them to the time left bounds the whole body.
-        _shrink_timeout(sock, deadline)
-        # read1: one recv at most, so a trickle cannot hold one call past the deadline.
-        chunk = resp.read1(min(_CHUNK, limit + 1 - size))
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return None
-    return b"".join(chunks)
+# HttpError (reason, cause) -> the REASONS code a refused fetch reports.
+_CODES = {("timeout", "timeout"): "fetch_error:timeout", ("refused", "refused"): "fetch_error:refused",
+          ("error", "truncated"): "truncated", ("error", "protocol"): "fetch_error:protocol"}
 
 
-def _shrink_timeout(sock: socket.socket | None, deadline: float) -> None:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError
-    if sock is not None:
-        sock.settimeout(remaining)
+def _failed(etag: str | None, exc: HttpError, timeout_s: float) -> FetchResult:
+    if exc.reason == "too_large":
+        # Refused unread (Content-Length) or at limit + 1 bytes; a big error page is still its status.
+        if exc.status not in (0, 200):
+            return FetchResult(exc.status, etag, error=status_error(exc.status), detail=f"HTTP {exc.status}")
+        return FetchResult(200, etag, error="too_large", detail=exc.detail[:200])
+    if exc.reason == "timeout":
+        return FetchResult(0, etag, error="fetch_error:timeout", detail=f"no answer within {timeout_s} s")
+    code = _CODES.get((exc.reason, exc.cause), "fetch_error:network")   # DNS, reset, TLS
+    return FetchResult(0, etag, error=code, detail=exc.detail[:200])
+
+
+def _tls() -> ssl.SSLContext:
+    """One client TLS context for every fetch: loading the CA store is not free."""
+    global _ssl_context
+    if _ssl_context is None:
+        _ssl_context = tls_context()
+    return _ssl_context

@@ -21,11 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import ujson
-
+from common import state_file
 from common.config import Config
 from common.contract import Contract
-from common.fsutil import write_atomic
 from common.log import Logger
 from watcher.contract_fetch import REFRESH_JITTER_S, RefreshState, apply_fetch, fetch, next_fetch_at
 from watcher.contract_store import load_startup, save_lkg
@@ -103,10 +101,7 @@ class ContractKeeper:
     def _write_status(self) -> None:
         doc = {"source": self.contract.source, "contract": self.contract.to_dict(),
                "failing": self.state.failing if self.state else None, "at": time.time()}
-        try:
-            write_atomic(self.status_path, ujson.dumps(doc).encode(), mode=0o644)
-        except OSError as e:
-            self.log.error("state.write_failed", path=self.status_path, error=str(e))
+        state_file.save(self.status_path, doc, self.log, mode=0o644)   # 0644: read by sco-agentctl
 
     def fetch_once(self) -> Refresh | None:
         """The blocking half of a refresh, for the worker thread: one conditional GET, judged, and

@@ -9,7 +9,7 @@ import pytest
 import ujson
 import zmq
 
-from common import ipc
+from common import ipc, state_file
 from common.config import load
 from common.log import Logger
 from common.notice import notice_from_dict
@@ -122,13 +122,12 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
     again (a second drain.done). The state now falls back to the runtime dir, and the newer copy wins."""
     import errno
 
-    import verifier.__main__ as shell_module
 
     run_dir, state_dir = str(tmp_path / "run"), str(tmp_path / "state")
     ipc.ensure_runtime_dir(run_dir)
     path = str(tmp_path / "agent.toml")
     write_config(path, {"node": {"name": "node-a"}, "paths": {"runtime_dir": run_dir, "state_dir": state_dir}})
-    real_write = shell_module.write_atomic
+    real_write = state_file.write_atomic   # what the verifier saves with
 
     def full_disk(target, data, *a, **kw):
         if target.startswith(state_dir):
@@ -153,11 +152,11 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
     try:
         Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)._save()   # an older good state
         first = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
-        monkeypatch.setattr(shell_module, "write_atomic", full_disk)
+        monkeypatch.setattr(state_file, "write_atomic", full_disk)
         assert judge(first, now + 1) == ["drain.done"]
         monkeypatch.undo()
         # SIGKILL here, the disk still full: the next verifier must know the verdict.
-        monkeypatch.setattr(shell_module, "write_atomic", full_disk)
+        monkeypatch.setattr(state_file, "write_atomic", full_disk)
         second = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
         assert second.state["verdicts"]["n1"]["outcome"] == "done"
         assert judge(second, now + 2) == []

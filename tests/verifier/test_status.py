@@ -1,7 +1,6 @@
 """`sco-agentctl status`: processes, contract, the active notice with its timeline so far, the last verdict."""
 from __future__ import annotations
 
-import base64
 import time
 
 import ujson
@@ -22,13 +21,14 @@ DRAINS = {"n1": record_dict(budget=budget(checkpoint_s=40, evict_s=50, margin_s=
 VERIFIER = {"verdicts": {"old": {"notice_id": "old", "outcome": "overrun", "at": NOW - 3600, "held_up_by": "evict",
                                  "left": ["ns/z"], "left_count": 1, "timeline_ms": {"issued": 0, "node_empty": 125000}}}}
 CONTRACT = {"serial": 7, "hall": "fra1", "drain": {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10}}
+STATUS = {"source": "launch", "contract": CONTRACT}   # contract.json as watcher.contract_keeper writes it
 
 
 def test_summary_and_text():
     s = summarize(node="node-a", hall="fra1",
                   processes=["executor                         RUNNING   pid 12, uptime 0:01:02",
                              "spool                            FATAL     Exited too quickly"],
-                  notices={"active": [NOTICE, {"id": "broken"}]}, contract=CONTRACT, drains=DRAINS,
+                  notices={"active": [NOTICE, {"id": "broken"}]}, contract=STATUS, drains=DRAINS,
                   verifier=VERIFIER, spool={"fill_pct": 1.5, "unshipped_records": 3}, now=NOW)
     (a,) = s["active"]
     assert a["timeline_ms"] == {"issued": 0, "received": {"relay": 500}, "cordoned": 1000, "clients_told": 1100,
@@ -49,12 +49,10 @@ def test_nothing_known_renders_plainly():
     assert "active notice: none" in text and "last verdict: none" in text and "spool" not in text
 
 
-def test_contract_from_a_signed_envelope_or_wrapped():
-    env = {"payloadType": "application/vnd.sco.contract+json",
-           "payload": base64.b64encode(ujson.dumps(CONTRACT).encode()).decode(), "signatures": []}
-    assert contract_view(env)["budget_s"] == 100
+def test_contract_as_the_watcher_writes_it():
     assert contract_view({"contract": CONTRACT})["serial"] == 7
-    assert contract_view({"payload": "!!!"}) == {"error": "unreadable envelope payload"}
+    # The keeper never writes a bare contract or an envelope: neither is read as one.
+    assert contract_view(CONTRACT) is None
     assert contract_view([1]) is None
 
 
@@ -71,7 +69,7 @@ def test_the_command_reads_the_agent_files(tmp_path, capsys, monkeypatch):
     notice = dict(NOTICE, issued_at=format_rfc3339(now - 10), deadline=format_rfc3339(now + 110),
                   received_at=now - 9.5)
     (run_dir / "notice.json").write_text(ujson.dumps({"active": [notice], "withdrawn": {}}))
-    (run_dir / "contract.json").write_text(ujson.dumps(CONTRACT))
+    (run_dir / "contract.json").write_text(ujson.dumps(STATUS))
     (state_dir / "verdicts.json").write_text(ujson.dumps(VERIFIER))
     config = str(tmp_path / "agent.toml")
     write_config(config, {"node": {"name": "node-a"}, "paths": {"runtime_dir": str(run_dir),
