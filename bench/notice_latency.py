@@ -36,8 +36,8 @@ from typing import Any
 from bench.procstats import memory_kib
 from common.timefmt import format_rfc3339
 from tests.emulators.metadata_fixture import metadata_process
-from tests.nats_rig import NatsServer
-from tests.procutil import wait_for
+from tests.support.nats_rig import NatsServer
+from tests.support.procutil import wait_for
 from tests.watcher.rig import WatcherRig
 
 NODE, HALL = "node-a", "h1"
@@ -159,7 +159,7 @@ def bench_cordon(base: Path, n: int) -> list[float]:
     its duration, on the same wall clock), so no polling error is added. Between notices the notice is
     cancelled and the agent's own uncordon awaited, so every notice cordons a schedulable node.
     """
-    from tests.stack import Stack
+    from tests.support.stack import Stack
 
     out: list[float] = []
     with Stack(str(base / "stack"), poll_interval_s=5.0,

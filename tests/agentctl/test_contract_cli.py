@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentctl.contract_cli import main
-from tests.contract.conftest import payload
+from tests.support.contract_bundles import payload
 
 
 def run(*argv: str) -> tuple[int, str, str]:

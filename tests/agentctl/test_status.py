@@ -9,8 +9,8 @@ import ujson
 from agentctl import __main__ as ctl
 from agentctl.status import contract_view, parse_processes, render_text, summarize
 from common.timefmt import format_rfc3339
-from tests.agent_rig import write_config
-from tests.drain_records import budget, record_dict
+from tests.support.agent_rig import write_config
+from tests.support.drain_records import budget, record_dict
 
 NOW = 1_800_000_000.0
 NOTICE = {"id": "n1", "kind": "reclaim", "node": "node-a", "instance_id": "i-1",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from common.contract import BUILTIN, KINDS, Contract
-from tests.contract.conftest import payload
+from tests.support.contract_bundles import payload
 
 MINIMAL = {
     "serial": 1,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from common.notice import Notice, Rejected, derived_id, notice_from_dict, parse_relay_payload, relay_subjects
 from common.timefmt import format_rfc3339, parse_rfc3339
-from tests.fuzzing import fuzz
+from tests.support.fuzzing import fuzz
 
 GOOD = {"v": 1, "id": "n-1", "kind": "reclaim", "node": "node-a", "instance_id": "i-1",
         "issued_at": "2026-11-29T12:00:00Z", "deadline": "2026-11-29T12:02:00Z", "source": "aws"}

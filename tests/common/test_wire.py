@@ -27,7 +27,7 @@ from executor.kube.scheduler import drain_spec
 from executor.kube.scheduler import memo_problem as kube_memo
 from executor.slurm.rules import memo_problem as slurm_memo
 from executor.slurm.rules import phase_at
-from tests.drain_records import record
+from tests.support.drain_records import record
 from verifier import core
 
 T0 = 1_800_000_000.0

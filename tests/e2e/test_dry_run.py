@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.procutil import wait_for
-from tests.stack import NODE, Stack
+from tests.support.procutil import wait_for
+from tests.support.stack import NODE, Stack
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

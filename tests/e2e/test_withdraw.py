@@ -1,14 +1,14 @@
 """A withdrawn notice undoes only what the agent did: its own cordon goes, an operator's stays.
 
 The whole agent under supervisord against the Kubernetes API-server emulator
-(tests/stack.py): the withdrawal comes once as a relay ``cancel`` and once as
+(tests/support/stack.py): the withdrawal comes once as a relay ``cancel`` and once as
 an AWS maintenance event the provider canceled.
 """
 from __future__ import annotations
 
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
-from tests.procutil import wait_for
-from tests.stack import NODE, Stack
+from tests.support.procutil import wait_for
+from tests.support.stack import NODE, Stack
 
 TAINT = "sco.io/notice"
 

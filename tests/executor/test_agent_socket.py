@@ -10,7 +10,7 @@ import time
 import pytest
 
 from executor.agent_socket import AgentSocketError, AgentSocketServer
-from tests.agent_socket.harness import RawClient, make_notice, wait_until
+from tests.support.agent_socket import RawClient, make_notice, wait_until
 
 
 def registered(path: str, name: str = "w") -> RawClient:

@@ -16,7 +16,7 @@ from executor.socket_wire import (
     Peer,
     Send,
 )
-from tests.agent_socket.harness import make_notice
+from tests.support.agent_socket import make_notice
 
 PEER = Peer(pid=100, uid=1000, gid=1000)
 

@@ -15,8 +15,8 @@ from executor.socket_wire import (
     Peer,
     Send,
 )
-from tests.agent_socket.harness import make_notice
-from tests.fuzzing import fuzz
+from tests.support.agent_socket import make_notice
+from tests.support.fuzzing import fuzz
 
 PEER = Peer(pid=7, uid=0, gid=0)
 

@@ -24,8 +24,8 @@ from common.notice import Notice
 from common.wire import encode_progress
 from executor import progress_file
 from executor.__main__ import Executor
-from tests.drain_records import budget, record
-from tests.fuzzing import fuzz, json_values, mutated
+from tests.support.drain_records import budget, record
+from tests.support.fuzzing import fuzz, json_values, mutated
 from verifier import core, metrics
 from watcher.notice_book import NoticeBook
 

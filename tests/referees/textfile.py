@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from tests.drain_records import budget, record_dict
-from tests.procutil import wait_for
-from tests.verifier.promtext import Family, parse, value
+from tests.support.drain_records import budget, record_dict
+from tests.support.procutil import wait_for
+from tests.support.promtext import Family, parse, value
 from tests.verifier.rig import Peers, VerifierProcess, notice_dict
 
 

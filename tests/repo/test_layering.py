@@ -33,7 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "spool": PROCESS,
     # supervisord's own extensions: run inside supervisord or beside the four processes.
     "supervisord_plugins": PROCESS,
-    # What workloads vendor: standard library only (tests/agent_socket/test_stdlib_only.py).
+    # What workloads vendor: standard library only (tests/sco_checkpoint/test_stdlib_only.py).
     "sco_checkpoint": frozenset(),
     # The operator's command reads what the processes write, with their own readers.
     "agentctl": frozenset({"common", "watcher", "verifier", "spool"}),

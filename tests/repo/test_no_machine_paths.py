@@ -2,7 +2,7 @@
 
 A path such as a developer's venv or home directory works on the machine it was typed on and
 nowhere else: a fresh clone fails with FileNotFoundError far from the cause. Tools are found
-through the running interpreter (tests.procutil.venv_tool), the repository root or a temp dir;
+through the running interpreter (tests.support.procutil.venv_tool), the repository root or a temp dir;
 caches through $HOME / $SCO_CACHE. What this test refuses:
 
 - a home or work directory: /root, /home/<user>, /Users/<user>, /work, /workspace, /builds,
@@ -103,5 +103,5 @@ def test_no_tracked_file_names_a_path_of_one_machine() -> None:
         text = data.decode("utf-8", "replace")
         for lineno, line in enumerate(text.splitlines(), 1):
             found += [f"{path.relative_to(REPO)}:{lineno}: {hit}" for hit in machine_paths(line)]
-    assert not found, ("absolute paths of one machine (find tools via tests.procutil.venv_tool, "
+    assert not found, ("absolute paths of one machine (find tools via tests.support.procutil.venv_tool, "
                        "the repo root or a temp dir):\n" + "\n".join(found))

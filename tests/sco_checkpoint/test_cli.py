@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from sco_checkpoint.cli import checkpoint_window, main, parse_time
-from tests.agent_socket.harness import make_notice, wait_until
+from tests.support.agent_socket import make_notice, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

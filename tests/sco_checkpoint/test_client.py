@@ -14,7 +14,7 @@ from sco_checkpoint.client import (
     on_notice,
     wait_for_notice,
 )
-from tests.agent_socket.harness import ServerThread, make_notice, wait_until
+from tests.support.agent_socket import ServerThread, make_notice, wait_until
 
 
 @pytest.fixture

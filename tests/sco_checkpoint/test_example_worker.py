@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 
-from tests.agent_socket.harness import make_notice, wait_until
+from tests.support.agent_socket import make_notice, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(REPO, "examples", "restart_safe_worker.py")

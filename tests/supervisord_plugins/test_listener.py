@@ -12,8 +12,8 @@ import zmq
 
 from common import ipc
 from supervisord_plugins.listener import OK, ProtocolError, handle
-from tests.agent_rig import REPO, write_config
-from tests.procutil import stop_pid, venv_tool, wait_for
+from tests.support.agent_rig import REPO, write_config
+from tests.support.procutil import stop_pid, venv_tool, wait_for
 
 
 def frame(eventname: str, payload: str) -> str:

@@ -1,7 +1,7 @@
 """supervisord_plugins.zygote under a real supervisord: workers forked in place, everything supervisorctl does intact.
 
 One supervisord (this venv's supervisor, the version setup.cfg pins) runs probe programs
-(tests/unit/zygote_probe.py) through console scripts written here, as pip writes them.
+(tests/supervisord_plugins/zygote_probe.py) through console scripts written here, as pip writes them.
 If a supervisor upgrade stops calling ``options.execve`` in the child, the probes are
 exec'd instead and ``test_workers_are_forked_in_place`` fails: the zygote's one
 dependence on supervisor's internals is checked here, not discovered on a node.
@@ -18,7 +18,7 @@ import xmlrpc.client
 import pytest
 
 from supervisord_plugins.zygote import OWN_PACKAGES, entry_point
-from tests.procutil import pid_alive, stop_pid, wait_for
+from tests.support.procutil import pid_alive, stop_pid, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = "#!{python}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module} import main\n" \
@@ -68,7 +68,7 @@ stdout_logfile={d}/other.out
 """
 
 
-def write_script(path: str, python: str, module: str = "tests.unit.zygote_probe") -> None:
+def write_script(path: str, python: str, module: str = "tests.supervisord_plugins.zygote_probe") -> None:
     with open(path, "w") as f:
         f.write(SCRIPT.format(python=python, module=module))
     os.chmod(path, 0o755)
@@ -285,7 +285,7 @@ def test_a_failed_preload_or_a_changed_supervisor_leaves_exec_alone():
         options = Options()
 
     sup = Supervisord()
-    failed = make_rpcinterface(sup, preload="tests.unit.no_such_module")
+    failed = make_rpcinterface(sup, preload="tests.supervisord_plugins.no_such_module")
     assert not failed.getState()["installed"] and "no_such_module" in failed.getState()["error"]
     assert "execve" not in vars(sup.options)   # the method is still supervisor's own
 

@@ -1,4 +1,4 @@
-"""A worker for tests/unit/test_zygote.py: says how it was started, then waits for SIGTERM.
+"""A worker for tests/supervisord_plugins/test_zygote.py: says how it was started, then waits for SIGTERM.
 
 ``python -m``-free on purpose: it is run through a console script, like the agent's programs.
 """

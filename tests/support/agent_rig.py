@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any
 
-from tests.procutil import pid_alive, stop_pid, venv_tool, wait_for
+from tests.support.procutil import pid_alive, stop_pid, venv_tool, wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGRAMS = ("spool", "watcher", "executor", "verifier", "listener")
 
 

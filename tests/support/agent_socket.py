@@ -9,16 +9,20 @@ from __future__ import annotations
 import json
 import queue
 import selectors
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+import pytest
+
 from common.timefmt import format_rfc3339
 from executor.agent_socket import AgentSocketServer
 from executor.socket_wire import Ack
-from tests.procutil import wait_for
+from tests.support.procutil import wait_for
 
 
 def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.0,
@@ -30,7 +34,7 @@ def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
                what: str = "condition") -> object:
-    """Poll ``predicate`` until it is truthy (tests.procutil.wait_for, errors not retried)."""
+    """Poll ``predicate`` until it is truthy (tests.support.procutil.wait_for, errors not retried)."""
     return wait_for(predicate, timeout, what, interval, retry_on=())
 
 
@@ -168,3 +172,32 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+# Fixtures: re-exported by the conftest.py of every directory whose tests serve an agent socket.
+@pytest.fixture
+def sock_dir():
+    # Not tmp_path: a Unix socket path must fit in 108 bytes and pytest's paths grow with test names.
+    path = tempfile.mkdtemp(prefix="sco-as-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sock_path(sock_dir):
+    return f"{sock_dir}/agent.sock"
+
+
+@pytest.fixture
+def serve(sock_path):
+    """serve(**server_kwargs) -> a running ServerThread, stopped after the test."""
+    started: list[ServerThread] = []
+
+    def start(**kwargs) -> ServerThread:
+        st = ServerThread(kwargs.pop("path", sock_path), **kwargs)
+        started.append(st)
+        return st
+
+    yield start
+    for st in started:
+        st.stop()

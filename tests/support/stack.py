@@ -20,11 +20,11 @@ from typing import Any, Self
 import ujson
 
 from common.timefmt import format_rfc3339
-from tests.agent_rig import AgentRig
 from tests.emulators.kube_fixture import kube_emulator
 from tests.emulators.metadata_fixture import metadata_process
-from tests.nats_rig import NatsServer
-from tests.procutil import wait_for
+from tests.support.agent_rig import AgentRig
+from tests.support.nats_rig import NatsServer
+from tests.support.procutil import wait_for
 
 NODE = "node-a"
 OTHER_NODE = "node-b"

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROBE = '''
 import pytest
-from tests.ci import require
+from tests.support.ci import require
 
 def test_require_met():
     require(True, "never shown")

@@ -21,8 +21,8 @@ import zmq
 
 from common import ipc
 from common.timefmt import format_rfc3339
-from tests.agent_rig import REPO, write_config
-from tests.procutil import wait_for
+from tests.support.agent_rig import REPO, write_config
+from tests.support.procutil import wait_for
 
 
 def notice_dict(nid: str, deadline: float, issued: float | None = None, node: str = "node-a",

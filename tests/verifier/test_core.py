@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from common.notice import Notice
 from common.wire import Escalation, decode_records
-from tests.drain_records import budget, record
-from tests.fuzzing import fuzz
+from tests.support.drain_records import budget, record
+from tests.support.fuzzing import fuzz
 from verifier import core
 from verifier.judge import PROGRESS_GRACE_S
 

@@ -8,9 +8,9 @@ import pytest
 import ujson
 
 from common.timefmt import format_rfc3339, parse_rfc3339
-from tests.drain_records import budget, record_dict
-from tests.procutil import at_least, wait_for
-from tests.verifier.promtext import parse, value
+from tests.support.drain_records import budget, record_dict
+from tests.support.procutil import at_least, wait_for
+from tests.support.promtext import parse, value
 from tests.verifier.rig import Peers, VerifierProcess, notice_dict
 
 

@@ -13,9 +13,9 @@ from common import ipc
 from common.config import load
 from common.log import Logger
 from common.notice import notice_from_dict
-from tests.agent_rig import write_config
-from tests.drain_records import budget, record
-from tests.procutil import wait_for
+from tests.support.agent_rig import write_config
+from tests.support.drain_records import budget, record
+from tests.support.procutil import wait_for
 from tests.verifier.rig import notice_dict
 from verifier.__main__ import Verifier
 

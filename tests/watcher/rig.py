@@ -21,8 +21,8 @@ import ujson
 import zmq
 
 from common import ipc
-from tests.agent_rig import REPO, write_config
-from tests.procutil import at_least, wait_for
+from tests.support.agent_rig import REPO, write_config
+from tests.support.procutil import at_least, wait_for
 
 
 class FakeSpool:

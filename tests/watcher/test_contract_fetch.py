@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from common.contract import Contract
-from tests.contract.conftest import SCOPE, BundleServer, Key, payload, respond
+from tests.support.contract_bundles import SCOPE, BundleServer, Key, payload, respond
 from watcher.contract_fetch import (
     FetchResult,
     RefreshState,

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.contract import Contract
-from tests.contract.conftest import SCOPE, Key, b64, payload
-from tests.fuzzing import fuzz
+from tests.support.contract_bundles import SCOPE, Key, b64, payload
+from tests.support.fuzzing import fuzz
 from watcher.contract_verify import (
     PAYLOAD_TYPE,
     REASONS,

@@ -20,7 +20,7 @@ import zmq
 from common.config import Config, build
 from common.log import Logger
 from common.runtime import SpoolLink
-from tests.contract.conftest import SCOPE, BundleServer, Key, payload, respond
+from tests.support.contract_bundles import SCOPE, BundleServer, Key, payload, respond
 from watcher.__main__ import Watcher
 from watcher.contract_fetch import RefreshState
 from watcher.contract_keeper import ContractKeeper, Refresh

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.contract import BUILTIN
-from tests.contract.conftest import SCOPE, Key, payload
+from tests.support.contract_bundles import SCOPE, Key, payload
 from watcher.contract_store import (
     TrustDirError,
     TrustDirUnsafe,

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from common.contract import BUILTIN, Contract
-from tests.contract.conftest import SCOPE, Key, b64, payload
+from tests.support.contract_bundles import SCOPE, Key, b64, payload
 from watcher.contract_verify import (
     MAX_ENVELOPE_BYTES,
     PAYLOAD_TYPE,

@@ -11,7 +11,7 @@ from executor.kube.drain_plan import (
     pdb_from_causes,
     selector_matches,
 )
-from tests.kube.podspecs import pdb, pod
+from tests.executor.kube.podspecs import pdb, pod
 
 
 def lanes(plan):

@@ -17,7 +17,7 @@ import pytest
 from executor.kube.api import KubeApi, KubeError, NotOwnNode
 from executor.kube.node_patch import EXCLUDE_LB_LABEL
 from tests.emulators.kube_fixture import kubectl
-from tests.kube.harness import TAINT_KEY, Drain, make_spec
+from tests.executor.kube.harness import TAINT_KEY, Drain, make_spec
 from tests.rigs.kube_real_fixture import real_apiserver
 from tests.rigs.kube_real_objects import (
     FakeControlPlane,
@@ -29,7 +29,7 @@ from tests.rigs.kube_real_objects import (
 )
 from tests.rigs.kube_real_rig import RealApiServer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NODES = ("node-a", "node-b", "node-c", "node-d", "node-e", "node-f")
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}   # set by the server itself
 

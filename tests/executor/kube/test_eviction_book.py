@@ -15,7 +15,7 @@ from executor.kube.eviction_book import (
     PodState,
     transition,
 )
-from tests.kube.podspecs import pdb, pod
+from tests.executor.kube.podspecs import pdb, pod
 
 T0 = 1000.0
 # Checkpoint until T0+10, evict by the book until T0+60, node empty by T0+90.

@@ -14,9 +14,9 @@ from common.wire import DrainRecord
 from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Report, StepDone, Withdrawal
 from executor.slurm.cli import SlurmCli
 from executor.slurm.recipe import SlurmDrain, Tracked
-from tests.drain_records import budget, record_dict
-from tests.procutil import wait_for
 from tests.rigs.slurm_rig import SlurmRig
+from tests.support.drain_records import budget, record_dict
+from tests.support.procutil import wait_for
 
 # Saves a checkpoint on USR1 and exits 0. bash runs a trap only after its foreground command
 # returns, hence `sleep & wait`.

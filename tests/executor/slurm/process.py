@@ -28,11 +28,11 @@ import zmq
 from common import ipc
 from common.contract import Contract
 from common.timefmt import format_rfc3339
-from tests.agent_rig import write_config
-from tests.procutil import stop_pid, wait_for
 from tests.rigs.slurm_rig import SlurmRig
+from tests.support.agent_rig import write_config
+from tests.support.procutil import stop_pid, wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 HALL = "h1"
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from common.contract import SlurmPolicy
-from tests.slurm.harness import (
+from tests.executor.slurm.harness import (
     CHECKPOINT_JOB,
     RESUMABLE_JOB,
     STUBBORN_JOB,

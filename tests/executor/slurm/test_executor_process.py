@@ -1,7 +1,7 @@
 """The executor process itself on a Slurm node: SIGKILLed mid-drain, restarted, it completes the drain.
 
 Runs ``python -m executor`` with ``node.scheduler = "slurm"`` against the real rig,
-with the watcher, spool and verifier played by tests.slurm.process.ExecutorHarness.
+with the watcher, spool and verifier played by tests.executor.slurm.process.ExecutorHarness.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 
 import ujson
 
-from tests.procutil import wait_for
-from tests.slurm.harness import nodes_named, start_job
-from tests.slurm.process import ExecutorHarness
+from tests.executor.slurm.harness import nodes_named, start_job
+from tests.executor.slurm.process import ExecutorHarness
+from tests.support.procutil import wait_for
 
 # Counts every USR1 it receives and keeps running: only the requeue's TERM ends a run.
 COUNTING_JOB = """#!/bin/bash

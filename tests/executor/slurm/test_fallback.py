@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import signal
 
+from tests.executor.slurm.harness import CHECKPOINT_JOB, STUBBORN_JOB, Driver, nodes_named, notice, record, start_job
 from tests.rigs.slurm import procs
-from tests.slurm.harness import CHECKPOINT_JOB, STUBBORN_JOB, Driver, nodes_named, notice, record, start_job
 
 
 def test_controller_stopped_before_the_notice(rig, tmp_path):

@@ -16,9 +16,9 @@ import pytest
 
 from executor.slurm import local as slurm_local
 from executor.slurm.cli import PidRow
-from tests.procutil import pid_alive, wait_for
+from tests.support.procutil import pid_alive, wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CONF = "/nonexistent/sco-test/slurm.conf"
 NODE = "n1"
 # The batch shell: a process-group leader whose children share its group.

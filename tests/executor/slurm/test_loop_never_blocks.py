@@ -16,8 +16,8 @@ import stat
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.procutil import wait_for
-from tests.slurm.process import ExecutorHarness
+from tests.executor.slurm.process import ExecutorHarness
+from tests.support.procutil import wait_for
 
 # A controller that answers pings at once and every other call only once the gate file exists.
 SLOW_TOOL = """#!/bin/sh

@@ -7,7 +7,7 @@ from typing import Any
 from common.notice import Notice
 from executor.slurm.cli import NodeInfo, NotRequeueable, SlurmError, Unreachable
 from executor.slurm.recipe import SlurmDrain, Tracked
-from tests.slurm.harness import Recorder, order, record
+from tests.executor.slurm.harness import Recorder, order, record
 
 
 class Answer:
