@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procstats import memory_kib
-from common.timefmt import format_rfc3339
 from tests.emulators.metadata_fixture import metadata_process
+from tests.support import notices
 from tests.support.nats_rig import NatsServer
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 from tests.watcher.rig import WatcherRig
 
 NODE, HALL = "node-a", "h1"
@@ -95,10 +95,7 @@ class FirstSeen:
 
 
 def relay_payload(nid: str, kind: str = "reclaim") -> bytes:
-    now = time.time()
-    return json.dumps({"v": 1, "id": nid, "kind": kind, "node": NODE, "instance_id": "i-bench",
-                       "issued_at": format_rfc3339(now), "deadline": format_rfc3339(now + 120),
-                       "source": "bench"}).encode()
+    return json.dumps(notices.relay_payload(nid, kind, NODE, instance_id="i-bench", source="bench")).encode()
 
 
 def bench_relay(rig: WatcherRig, nats: NatsServer, n: int) -> list[float]:

@@ -10,7 +10,7 @@ import pytest
 from agentctl.simulate import main, parse_duration
 from common.notice import Rejected
 from tests.support.agent_rig import write_config
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 from watcher.inject import inject_dir, read_injected
 
 

@@ -23,7 +23,8 @@ import psutil
 
 from tests.chaos.plan import Fault
 from tests.support.agent_rig import AgentRig
-from tests.support.procutil import pid_alive, wait_for
+from tests.support.procutil import pid_alive
+from tests.support.wait import wait_for
 
 FILLER = "chaos-filler"
 API_HANG_S = 3.0        # > the agent's kubernetes.timeout_s (2 s): a timeout, not a slow answer

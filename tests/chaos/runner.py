@@ -27,8 +27,8 @@ from tests.chaos.inject import Injector, tmpfs, unfill
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan, Fault, Timing
 from tests.chaos.report import Tally
-from tests.support.procutil import wait_for
 from tests.support.stack import HALL, Stack
+from tests.support.wait import wait_for
 
 TMPFS_MB = 12           # the state dir: the spool file (SPOOL_MB) and the verifier's and watcher's files
 SPOOL_MB = 8

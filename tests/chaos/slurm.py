@@ -21,7 +21,7 @@ from tests.chaos.plan import DrainPlan
 from tests.chaos.runner import SPOOL_POLL_S, ChaosRun
 from tests.executor.slurm.harness import nodes_named
 from tests.rigs.slurm_rig import SlurmRig
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 # Schedule every second (not on Slurm's 30-60 s timers), as tests/executor/slurm/conftest.py does.
 FAST_SCHEDULING = {"SchedulerParameters": "sched_interval=1,bf_interval=1"}

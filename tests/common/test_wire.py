@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import io
+from functools import partial
 
 import pytest
 import ujson
 
 from common.contract import BUILTIN, Contract
 from common.log import Logger
-from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import (
     BadRecord,
@@ -27,6 +27,7 @@ from executor.kube.scheduler import drain_spec
 from executor.kube.scheduler import memo_problem as kube_memo
 from executor.slurm.rules import memo_problem as slurm_memo
 from executor.slurm.rules import phase_at
+from tests.support import notices
 from tests.support.drain_records import record
 from verifier import core
 
@@ -34,8 +35,7 @@ T0 = 1_800_000_000.0
 BUDGET = Budget(budget_s=70, checkpoint_s=10, evict_s=50, margin_s=10)
 
 
-def notice(nid: str = "n1", node: str = "node-a", deadline_in: float = 100.0, received: float = 0.5) -> Notice:
-    return Notice(nid, "reclaim", node, "i-1", T0, T0 + deadline_in, "aws", received_at=T0 + received)
+notice = partial(notices.notice, now=T0, deadline_in=100.0, received_in=0.5)
 
 
 # -- the phase ends -------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import sys
 import ujson
 
 from tests.support.agent_rig import REPO
-from tests.support.procutil import wait_for
 from tests.support.stack import NODE
+from tests.support.wait import wait_for
 
 CLIENTS = 50
 

@@ -7,8 +7,8 @@ an AWS maintenance event the provider canceled.
 from __future__ import annotations
 
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
-from tests.support.procutil import wait_for
 from tests.support.stack import NODE, Stack
+from tests.support.wait import wait_for
 
 TAINT = "sco.io/notice"
 

@@ -18,7 +18,7 @@ import ujson
 
 from common import ipc
 from tests.support.agent_rig import REPO, write_config
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 PROGRAMS = ("watcher", "executor", "verifier", "spool", "supervisord_plugins.listener")
 

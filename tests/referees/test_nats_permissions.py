@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.referees.nats_hall import Hall, account_claims
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 from tests.watcher.test_relay import RelayHarness
 from watcher.nats_creds import callbacks
 

@@ -30,7 +30,7 @@ from typing import Self, TypeVar
 
 from common.fsutil import write_atomic
 from tests.rigs.slurm import conf, procs
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from tests.rigs.kube_real_objects import (
     write_pdb_status,
 )
 from tests.rigs.kube_real_rig import RealApiServer
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 NODE_A, NODE_B = "node-a", "node-b"
 

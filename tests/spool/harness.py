@@ -31,7 +31,7 @@ from common.log import Logger
 from common.runtime import SpoolLink
 from spool.reader import iter_records
 from tests.support.agent_rig import write_config
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

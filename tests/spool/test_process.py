@@ -22,7 +22,7 @@ from common.events import make_event
 from spool.reader import read_stats
 from tests.emulators.vector import VectorEmulator
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config, spool_file
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 
 @pytest.fixture

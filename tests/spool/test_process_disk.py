@@ -29,7 +29,7 @@ from spool.reader import iter_records
 from spool.ring import SpoolIOError, SpoolRing
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config
 from tests.support.ci import cannot_run
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 
 @pytest.fixture

@@ -5,15 +5,15 @@ import io
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
-import zmq
 
 from common import ipc
 from supervisord_plugins.listener import OK, ProtocolError, handle
 from tests.support.agent_rig import REPO, write_config
-from tests.support.procutil import stop_pid, venv_tool, wait_for
+from tests.support.fake_spool import FakeSpool
+from tests.support.procutil import stop_pid, venv_tool
+from tests.support.wait import wait_for
 
 
 def frame(eventname: str, payload: str) -> str:
@@ -68,39 +68,10 @@ def test_end_of_input_stops():
     assert handle(io.StringIO(""), io.StringIO(), lambda t, d: None) is False
 
 
-class FakeSpool:
-    """A spool ROUTER that acknowledges and keeps every event."""
-
-    def __init__(self, run_dir: str) -> None:
-        self.events: list[dict] = []
-        self.run_dir = run_dir
-        self._stop = threading.Event()
-        self._up = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        self._up.wait(5)
-
-    def _run(self) -> None:
-        ctx = zmq.Context()
-        sock = ipc.bind(ctx, zmq.ROUTER, self.run_dir, ipc.SPOOL_INTAKE)
-        self._up.set()
-        while not self._stop.is_set():
-            if sock.poll(50):
-                ident, *frames = sock.recv_multipart()
-                _, ev = ipc.decode(frames)
-                self.events.append(ev)
-                sock.send_multipart([ident, *ipc.encode(ipc.T_ACK, {"ids": [ev["event_id"]]})])
-        ctx.destroy(linger=0)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._t.join(5)
-
-
 def test_under_a_real_supervisord_a_crash_reaches_the_spool(tmp_path):
     run_dir = str(tmp_path / "run")
     ipc.ensure_runtime_dir(run_dir)
-    spool = FakeSpool(run_dir)
+    spool = FakeSpool(run_dir).start()
     config = str(tmp_path / "agent.toml")
     write_config(config, {"node": {"name": "node-a", "scheduler": "none"},
                           "paths": {"runtime_dir": run_dir, "state_dir": str(tmp_path / "state")}})
@@ -130,7 +101,7 @@ def test_under_a_real_supervisord_a_crash_reaches_the_spool(tmp_path):
     supervisord = venv_tool("supervisord")
     proc = subprocess.Popen([supervisord, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        ev = wait_for(lambda: [e for e in spool.events if e["type"] == "agent.process_exited"], 20,
+        ev = wait_for(lambda: spool.of_type("agent.process_exited"), 20,
                       "the crash recorded in the spool")[0]
         assert ev["data"]["program"] == "crasher" and ev["data"]["state"] == "EXITED"
         assert ev["data"]["expected"] is False and ev["data"]["pid"] > 0
@@ -138,4 +109,4 @@ def test_under_a_real_supervisord_a_crash_reaches_the_spool(tmp_path):
     finally:
         stop_pid(proc.pid, "supervisord", timeout=20)
         proc.wait(20)
-        spool.close()
+        spool.stop()

@@ -18,7 +18,8 @@ import xmlrpc.client
 import pytest
 
 from supervisord_plugins.zygote import OWN_PACKAGES, entry_point
-from tests.support.procutil import pid_alive, stop_pid, wait_for
+from tests.support.procutil import pid_alive, stop_pid
+from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = "#!{python}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module} import main\n" \

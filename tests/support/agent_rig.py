@@ -12,7 +12,8 @@ import sys
 import time
 from typing import Any
 
-from tests.support.procutil import pid_alive, stop_pid, venv_tool, wait_for
+from tests.support.procutil import pid_alive, stop_pid, venv_tool
+from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGRAMS = ("spool", "watcher", "executor", "verifier", "listener")

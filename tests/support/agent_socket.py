@@ -22,7 +22,7 @@ import pytest
 from common.timefmt import format_rfc3339
 from executor.agent_socket import AgentSocketServer
 from executor.socket_wire import Ack
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 
 def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.0,
@@ -34,7 +34,7 @@ def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
                what: str = "condition") -> object:
-    """Poll ``predicate`` until it is truthy (tests.support.procutil.wait_for, errors not retried)."""
+    """Poll ``predicate`` until it is truthy (tests.support.wait.wait_for, errors not retried)."""
     return wait_for(predicate, timeout, what, interval, retry_on=())
 
 

@@ -5,7 +5,8 @@ import os
 import subprocess
 from collections.abc import Sequence
 
-from tests.support.procutil import free_port, port_open, stop_pid, venv_tool, wait_for
+from tests.support.procutil import free_port, port_open, stop_pid, venv_tool
+from tests.support.wait import wait_for
 
 
 def nats_server_binary() -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from contextlib import ExitStack
 from typing import Any, Self
 
@@ -24,7 +23,8 @@ from tests.emulators.kube_fixture import kube_emulator
 from tests.emulators.metadata_fixture import metadata_process
 from tests.support.agent_rig import AgentRig
 from tests.support.nats_rig import NatsServer
-from tests.support.procutil import wait_for
+from tests.support.notices import relay_payload
+from tests.support.wait import wait_for
 
 NODE = "node-a"
 OTHER_NODE = "node-b"
@@ -128,10 +128,7 @@ class Stack:
     # -- notices ------------------------------------------------------------------------
     def notice_payload(self, *, deadline_in: float = 120.0, kind: str = "reclaim", node: str = NODE,
                        notice_id: str | None = None) -> dict[str, Any]:
-        now = time.time()
-        return {"v": 1, "id": notice_id or f"n-{uuid.uuid4().hex[:12]}", "kind": kind, "node": node,
-                "instance_id": "i-0123456789abcdef0", "issued_at": format_rfc3339(now),
-                "deadline": format_rfc3339(now + deadline_in), "source": "sco"}
+        return relay_payload(notice_id, kind, node, deadline_in=deadline_in)
 
     def publish_notice(self, **kw: Any) -> dict[str, Any]:
         doc = self.notice_payload(**kw)

@@ -14,7 +14,7 @@ import pytest
 from tests.support import authkit
 from tests.support.agent_rig import REPO
 from tests.support.nats_rig import NatsServer
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 from tests.watcher.conftest import make_config
 from watcher.nats_creds import CredsError, read_creds
 from watcher.relay import run_relay

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from tests.support.contract_bundles import Key, payload
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 from tests.watcher.rig import WatcherRig
 
 

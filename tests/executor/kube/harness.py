@@ -10,7 +10,7 @@ from executor.kube.api import KubeApi
 from executor.kube.eviction_book import Inputs
 from executor.kube.runner import DrainRunner, DrainSpec
 from executor.scheduler import Announce, NewState, Report, StepDone
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 NODE = "node-a"
 OTHER = "node-b"

@@ -12,7 +12,7 @@ from executor.scheduler import InPhase, Log, Remaining, Remember
 from tests.emulators.kube import objects
 from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import NODE, OTHER, TAINT_KEY, Drain, make_spec
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 

@@ -8,7 +8,7 @@ from common.config import build
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
 from executor.kube.scheduler import KubeScheduler
 from executor.scheduler import NewState, StepDone, Withdrawal
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 TAINT = {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +14,9 @@ from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Re
 from executor.slurm.cli import SlurmCli
 from executor.slurm.recipe import SlurmDrain, Tracked
 from tests.rigs.slurm_rig import SlurmRig
+from tests.support import notices
 from tests.support.drain_records import budget, record_dict
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 # Saves a checkpoint on USR1 and exits 0. bash runs a trap only after its foreground command
 # returns, hence `sleep & wait`.
@@ -84,9 +84,9 @@ class Recorder:
 
 
 def notice(rig: SlurmRig, deadline_in: float = 120.0, kind: str = "reclaim") -> Notice:
-    now = time.time()
-    return Notice(f"n-{uuid.uuid4().hex[:8]}", kind, rig.node_name, "", now, now + deadline_in, "sco",
-                  received_at=now)
+    """A fresh notice for the rig's node, as the hall sends it, heard now."""
+    return notices.notice(notices.new_id(), kind, rig.node_name, deadline_in=deadline_in, received_in=0.0,
+                          instance_id="", source="sco")
 
 
 def record(n: Notice, checkpoint_s: int, evict_s: int, margin_s: int = 5, policy: str = "drain") -> dict[str, Any]:

@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from typing import Any, Self
 
 import zmq
@@ -30,7 +29,10 @@ from common.contract import Contract
 from common.timefmt import format_rfc3339
 from tests.rigs.slurm_rig import SlurmRig
 from tests.support.agent_rig import write_config
-from tests.support.procutil import stop_pid, wait_for
+from tests.support.fake_spool import SpoolInbox
+from tests.support.notices import new_id, notice_dict
+from tests.support.procutil import stop_pid
+from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 HALL = "h1"
@@ -62,7 +64,7 @@ class ExecutorHarness:
         })
         self.contract = contract(drain, slurm)
         self.notice_state: dict[str, Any] = {"gen": 0, "active": [], "withdrawn": []}
-        self.events: list[dict[str, Any]] = []
+        self.spool = SpoolInbox()
         self.progress: dict[str, Any] = {}
         self.proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
@@ -109,10 +111,8 @@ class ExecutorHarness:
 
     # -- the watcher's side ------------------------------------------------------------
     def announce(self, deadline_in: float = 120.0) -> dict[str, Any]:
-        now = time.time()
-        n = {"id": f"n-{uuid.uuid4().hex[:8]}", "kind": "reclaim", "node": self.rig.node_name, "instance_id": "",
-             "issued_at": format_rfc3339(now), "deadline": format_rfc3339(now + deadline_in), "source": "sco",
-             "channel": "relay", "received_at": now, "detail": ""}
+        n = notice_dict(new_id(), node=self.rig.node_name, deadline_in=deadline_in, received_in=0.0,
+                        instance_id="", source="sco")
         with self._lock:
             self.notice_state = {"gen": self.notice_state["gen"] + 1, "active": [n], "withdrawn": []}
             self._dirty = True  # the watcher publishes a change at once, not at the next re-announcement
@@ -127,8 +127,7 @@ class ExecutorHarness:
 
     # -- observations ------------------------------------------------------------------
     def events_of(self, type: str, notice_id: str | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            return [e for e in self.events if e["type"] == type and notice_id in (None, e["notice_id"])]
+        return self.spool.of_type(type, notice_id)
 
     def wait_event(self, type: str, notice_id: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
         return wait_for(lambda: (self.events_of(type, notice_id) or [None])[0], timeout,
@@ -168,16 +167,7 @@ class ExecutorHarness:
                 last = time.monotonic()
             ready = dict(poller.poll(10))
             if self.router in ready:
-                while True:
-                    try:
-                        ident, _topic, body = self.router.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    ev = ujson.loads(body)
-                    with self._lock:
-                        if all(e["event_id"] != ev["event_id"] for e in self.events):
-                            self.events.append(ev)
-                    self.router.send_multipart([ident, *ipc.encode(ipc.T_ACK, {"ids": [ev["event_id"]]})])
+                self.spool.drain(self.router)
             if self.sub in ready:
                 while True:
                     try:

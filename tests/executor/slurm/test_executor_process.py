@@ -11,7 +11,7 @@ import ujson
 
 from tests.executor.slurm.harness import nodes_named, start_job
 from tests.executor.slurm.process import ExecutorHarness
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 # Counts every USR1 it receives and keeps running: only the requeue's TERM ends a run.
 COUNTING_JOB = """#!/bin/bash

@@ -16,7 +16,8 @@ import pytest
 
 from executor.slurm import local as slurm_local
 from executor.slurm.cli import PidRow
-from tests.support.procutil import pid_alive, wait_for
+from tests.support.procutil import pid_alive
+from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CONF = "/nonexistent/sco-test/slurm.conf"

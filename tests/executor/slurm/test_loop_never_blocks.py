@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tests.executor.slurm.process import ExecutorHarness
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 
 # A controller that answers pings at once and every other call only once the gate file exists.
 SLOW_TOOL = """#!/bin/sh

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.support.procutil import wait_for
+from tests.support.wait import wait_for
 from tests.watcher.conftest import make_config
 from watcher.providers import MetadataError, gcp
 from watcher.providers.gcp import Source, parse_maintenance_event, parse_preempted
