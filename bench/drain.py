@@ -36,8 +36,8 @@ from executor.kube.api import KubeApi
 from executor.kube.runner import DrainRunner, DrainSpec
 from executor.scheduler import NewState, Report
 from tests.emulators.kube_fixture import kubectl as run_kubectl
-from tests.procutil import wait_for
 from tests.rigs.kube_real_fixture import cached_binary
+from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = (("11 PDBs", 11), ("1 PDB", 1), ("no PDB", 0))

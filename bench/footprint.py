@@ -20,8 +20,8 @@ import time
 import ujson
 
 from bench.procstats import activity, table
-from tests.procutil import wait_for
-from tests.stack import NODE, Stack
+from tests.support.stack import NODE, Stack
+from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET_MIB = 40.0

@@ -2,8 +2,8 @@
 
     python -m bench.fuzz
 
-CI runs each property with its own example count and a fixed seed (tests/fuzzing.py).
-This runs the same properties -- every test module that uses ``tests.fuzzing.fuzz`` --
+CI runs each property with its own example count and a fixed seed (tests/support/fuzzing.py).
+This runs the same properties -- every test module that uses ``tests.support.fuzzing.fuzz`` --
 with ``SCO_FUZZ_SCALE`` times the examples (default 10), still derandomized, so a
 failure found here reproduces by running the same command again. Prints one line per
 property (examples run, held or FAILED), then one JSON line. Exit status 1 if any failed.
@@ -32,7 +32,7 @@ def fuzz_modules() -> list[str]:
             if name.startswith("test_") and name.endswith(".py"):
                 path = os.path.join(root, name)
                 with open(path, encoding="utf-8") as f:
-                    if "from tests.fuzzing import" in f.read():
+                    if "from tests.support.fuzzing import" in f.read():
                         found.append(os.path.relpath(path, REPO))
     return sorted(found)
 
@@ -80,7 +80,7 @@ class Count:
 
 
 def main() -> int:
-    os.environ.setdefault("SCO_FUZZ_SCALE", DEFAULT_SCALE)   # read by tests/fuzzing.py at import
+    os.environ.setdefault("SCO_FUZZ_SCALE", DEFAULT_SCALE)   # read by tests/support/fuzzing.py at import
     scale = os.environ["SCO_FUZZ_SCALE"]
     modules = fuzz_modules()
     count = Count()

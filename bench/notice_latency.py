@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procstats import memory_kib
-from common.timefmt import format_rfc3339
 from tests.emulators.metadata_fixture import metadata_process
-from tests.nats_rig import NatsServer
-from tests.procutil import wait_for
+from tests.support import notices
+from tests.support.nats_rig import NatsServer
+from tests.support.wait import wait_for
 from tests.watcher.rig import WatcherRig
 
 NODE, HALL = "node-a", "h1"
@@ -95,10 +95,7 @@ class FirstSeen:
 
 
 def relay_payload(nid: str, kind: str = "reclaim") -> bytes:
-    now = time.time()
-    return json.dumps({"v": 1, "id": nid, "kind": kind, "node": NODE, "instance_id": "i-bench",
-                       "issued_at": format_rfc3339(now), "deadline": format_rfc3339(now + 120),
-                       "source": "bench"}).encode()
+    return json.dumps(notices.relay_payload(nid, kind, NODE, instance_id="i-bench", source="bench")).encode()
 
 
 def bench_relay(rig: WatcherRig, nats: NatsServer, n: int) -> list[float]:
@@ -159,7 +156,7 @@ def bench_cordon(base: Path, n: int) -> list[float]:
     its duration, on the same wall clock), so no polling error is added. Between notices the notice is
     cancelled and the agent's own uncordon awaited, so every notice cordons a schedulable node.
     """
-    from tests.stack import Stack
+    from tests.support.stack import Stack
 
     out: list[float] = []
     with Stack(str(base / "stack"), poll_interval_s=5.0,

@@ -4,7 +4,7 @@
 
 The real executor (``python -m executor``, ``node.scheduler = "slurm"``) runs against
 the test rig (Debian's slurmctld/slurmd/munged, proctrack/pgid), with the watcher,
-spool and verifier played by tests.slurm.process.ExecutorHarness. Each trial announces
+spool and verifier played by tests.executor.slurm.process.ExecutorHarness. Each trial announces
 a fresh notice the way the watcher does (published at once) on a node running one job
 that, on USR1, takes 1 s to checkpoint and exits. Figures are the executor's own step
 times relative to the notice's ``received_at`` (the events' ``since_received_ms``):
@@ -27,10 +27,10 @@ from typing import Any
 
 import ujson
 
+from tests.executor.slurm.harness import start_job
+from tests.executor.slurm.process import ExecutorHarness
 from tests.rigs.slurm_fixture import ensure_installed
 from tests.rigs.slurm_rig import SlurmRig
-from tests.slurm.harness import start_job
-from tests.slurm.process import ExecutorHarness
 
 # Checkpoints for 1 s on USR1, then exits 0.
 ONE_SECOND_CHECKPOINT_JOB = """#!/bin/bash

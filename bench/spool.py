@@ -184,7 +184,7 @@ def file_layer(d: str, sample: list[bytes], headline: dict[str, float]) -> None:
 # -- end to end: the spool process over zmq, shipping to the Vector emulator -------------
 
 def write_config(base: str, **spool: Any) -> str:
-    from tests.agent_rig import write_config as write
+    from tests.support.agent_rig import write_config as write
 
     path = os.path.join(base, "agent.toml")
     write(path, {"node": {"name": "bench-node", "hall": "bench"},

@@ -26,7 +26,7 @@ What it relies on that supervisor does not document: that ``_spawn_as_child``
 child as its last step. Everything else degrades to the ordinary exec: if a
 supervisor upgrade stops calling ``options.execve``, nothing is forked in
 place and the workers are exec'd as without this module (more memory, same
-behaviour; ``tests/unit/test_zygote.py`` fails so it is noticed). The child also
+behaviour; ``tests/supervisord_plugins/test_zygote.py`` fails so it is noticed). The child also
 falls back to exec when a pre-imported module's file changed since supervisord
 loaded it (an upgrade in place): a restarted worker never runs stale code.
 
@@ -52,7 +52,7 @@ from typing import Any
 OWN_PACKAGES = ("watcher", "executor", "verifier", "spool", "supervisord_plugins")
 
 # Imported once in supervisord and shared by every forked worker: what at least two
-# workers import anyway (tests/unit/test_import_sets.py keeps the per-process sets honest).
+# workers import anyway (tests/repo/test_import_sets.py keeps the per-process sets honest).
 PRELOAD = (
     "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses", "subprocess",
     "common.config", "common.events", "common.fsutil", "common.ipc", "common.log",

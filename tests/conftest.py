@@ -1,11 +1,11 @@
-"""Suite-wide rule: under CI (CI=true) a skipped test is a failed test (see tests/ci.py)."""
+"""Suite-wide rule: under CI (CI=true) a skipped test is a failed test (see tests/support/ci.py)."""
 from __future__ import annotations
 
 from collections.abc import Generator
 
 import pytest
 
-from tests.ci import in_ci
+from tests.support.ci import in_ci
 
 
 def _fail_skip(report: pytest.TestReport | pytest.CollectReport) -> None:

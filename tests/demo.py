@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 
-from tests.procutil import wait_for
-from tests.stack import NODE, OTHER_NODE, Stack
+from tests.support.stack import NODE, OTHER_NODE, Stack
+from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTICE_WINDOW_S = 45.0

@@ -21,9 +21,10 @@ from typing import Any
 
 import psutil
 
-from tests.agent_rig import AgentRig
 from tests.chaos.plan import Fault
-from tests.procutil import pid_alive, wait_for
+from tests.support.agent_rig import AgentRig
+from tests.support.procutil import pid_alive
+from tests.support.wait import wait_for
 
 FILLER = "chaos-filler"
 API_HANG_S = 3.0        # > the agent's kubernetes.timeout_s (2 s): a timeout, not a slow answer
@@ -109,7 +110,7 @@ def unfill(directory: str) -> None:
 
 
 class Injector:
-    """Faults on a running Stack (tests.stack.Stack with Vector and a tmpfs state dir), and on the
+    """Faults on a running Stack (tests.support.stack.Stack with Vector and a tmpfs state dir), and on the
     Slurm rig's controller when ``slurm`` is given."""
 
     def __init__(self, stack: Any, slurm: Any = None, disk: bool = True) -> None:

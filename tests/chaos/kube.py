@@ -15,8 +15,8 @@ from tests.chaos import invariants
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan
 from tests.chaos.runner import SPOOL_POLL_S, ChaosRun
-from tests.procutil import wait_for
-from tests.stack import NODE, OTHER_NODE
+from tests.support.stack import NODE, OTHER_NODE
+from tests.support.wait import wait_for
 
 GRACE_CAP_S = 5.0
 OTHER_PODS = ("bystander-0", "bystander-1")

@@ -1,6 +1,6 @@
 """Drains under faults, one after another on one running agent: the part both schedulers share.
 
-A ``ChaosRun`` owns a started ``tests.stack.Stack`` (real supervisord, nats-server,
+A ``ChaosRun`` owns a started ``tests.support.stack.Stack`` (real supervisord, nats-server,
 the metadata, API-server and Vector emulators, the state dir on a small tmpfs).
 For each ``DrainPlan`` it publishes a notice (relay, metadata or both), carries
 the faults out at their moments, waits for the agent to be whole again and the
@@ -27,8 +27,8 @@ from tests.chaos.inject import Injector, tmpfs, unfill
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan, Fault, Timing
 from tests.chaos.report import Tally
-from tests.procutil import wait_for
-from tests.stack import HALL, Stack
+from tests.support.stack import HALL, Stack
+from tests.support.wait import wait_for
 
 TMPFS_MB = 12           # the state dir: the spool file (SPOOL_MB) and the verifier's and watcher's files
 SPOOL_MB = 8

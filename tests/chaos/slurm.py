@@ -19,11 +19,11 @@ import ujson
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan
 from tests.chaos.runner import SPOOL_POLL_S, ChaosRun
-from tests.procutil import wait_for
+from tests.executor.slurm.harness import nodes_named
 from tests.rigs.slurm_rig import SlurmRig
-from tests.slurm.harness import nodes_named
+from tests.support.wait import wait_for
 
-# Schedule every second (not on Slurm's 30-60 s timers), as tests/slurm/conftest.py does.
+# Schedule every second (not on Slurm's 30-60 s timers), as tests/executor/slurm/conftest.py does.
 FAST_SCHEDULING = {"SchedulerParameters": "sched_interval=1,bf_interval=1"}
 POLICY = {"signal": "SIGUSR1", "signal_scope": "batch", "on_drain": "requeue"}
 JOBS = {

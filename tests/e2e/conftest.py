@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.stack import Stack
+from tests.support.stack import Stack
 
 
 @pytest.fixture

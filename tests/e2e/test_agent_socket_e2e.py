@@ -9,9 +9,9 @@ import sys
 
 import ujson
 
-from tests.agent_rig import REPO
-from tests.procutil import wait_for
-from tests.stack import NODE
+from tests.support.agent_rig import REPO
+from tests.support.stack import NODE
+from tests.support.wait import wait_for
 
 CLIENTS = 50
 
@@ -34,7 +34,7 @@ time.sleep(3600)
 
 
 def test_fifty_clients_hear_the_notice_ack_and_hear_it_again_after_an_executor_restart(tmp_path):
-    from tests.stack import Stack
+    from tests.support.stack import Stack
 
     with Stack(str(tmp_path), contract={"budget_s": 60, "checkpoint_s": 20, "evict_s": 20, "margin_s": 5}) as s:
         s.kube.add_pod("web-0", NODE, owner=("ReplicaSet", "web"), terminate_after="never")

@@ -8,8 +8,8 @@ import threading
 
 import ujson
 
-from tests.procutil import wait_for
-from tests.stack import NODE, Stack
+from tests.support.stack import NODE, Stack
+from tests.support.wait import wait_for
 
 FIRST = {"budget_s": 60, "checkpoint_s": 7, "evict_s": 30, "margin_s": 5}
 SECOND = {"budget_s": 90, "checkpoint_s": 11, "evict_s": 50, "margin_s": 9}

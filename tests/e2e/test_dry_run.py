@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.procutil import wait_for
-from tests.stack import NODE, Stack
+from tests.support.stack import NODE, Stack
+from tests.support.wait import wait_for
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

@@ -5,8 +5,8 @@ import os
 import signal
 from collections import Counter
 
-from tests.procutil import at_least, wait_for
-from tests.stack import NODE, OTHER_NODE, Stack
+from tests.support.stack import NODE, OTHER_NODE, Stack
+from tests.support.wait import at_least, wait_for
 
 FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 SMP = "application/strategic-merge-patch+json"

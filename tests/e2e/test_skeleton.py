@@ -7,8 +7,9 @@ import signal
 import zmq
 
 from executor.kube.node_patch import A_DEADLINE, A_NOTICE
-from tests.procutil import pid_alive, wait_for
-from tests.stack import OTHER_NODE
+from tests.support.procutil import pid_alive
+from tests.support.stack import OTHER_NODE
+from tests.support.wait import wait_for
 from tests.watcher.rig import NoticeSub
 
 

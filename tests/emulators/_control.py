@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from common.timefmt import parse_rfc3339
 from tests.emulators._http import CONTROL_PREFIX, Request, Response, json_response
-from tests.procutil import wait_for
+from tests.support.wait import wait_for
 
 Command = Callable[[dict[str, Any]], Any]
 T = TypeVar("T")

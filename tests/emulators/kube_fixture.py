@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from tests.emulators._process import EmulatorProcess
 from tests.emulators.kube.client import KubeControl
 from tests.emulators.kube.kubeconfig import write_kubeconfig
-from tests.procutil import venv_tool, wait_for
+from tests.support.procutil import venv_tool
+from tests.support.wait import wait_for
 
 T = TypeVar("T")
 

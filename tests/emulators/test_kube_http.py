@@ -10,7 +10,7 @@ import pytest
 
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
-from tests.procutil import wait_for
+from tests.support.wait import wait_for
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"

@@ -14,7 +14,7 @@ from tests.emulators._control import ControlError
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
 from tests.emulators.test_kube_http import Client
-from tests.procutil import wait_for
+from tests.support.wait import wait_for
 
 
 @pytest.fixture(scope="module")

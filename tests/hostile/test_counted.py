@@ -14,7 +14,7 @@ from common.log import Logger
 from common.notice import Notice
 from common.runtime import Rejections
 from executor.__main__ import Executor
-from tests.fuzzing import Feed
+from tests.support.fuzzing import Feed
 from watcher import __main__ as watcher_main
 from watcher.__main__ import Watcher
 from watcher.contract_verify import Rejected

@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from common.http import HttpClient, HttpError
-from tests.fuzzing import fuzz
+from tests.support.fuzzing import fuzz
 from watcher.contract_fetch import fetch
 from watcher.contract_verify import REASONS
 

@@ -26,8 +26,8 @@ from common.runtime import SpoolLink
 from common.wire import LEVELS, BadRecord, decode_progress
 from executor.__main__ import Executor
 from spool.intake import Intake, Rejected, parse_event
-from tests.drain_records import record_dict
-from tests.fuzzing import Feed, fuzz, json_bytes, json_scalars, json_values, mutated, near, times
+from tests.support.drain_records import record_dict
+from tests.support.fuzzing import Feed, fuzz, json_bytes, json_scalars, json_values, mutated, near, times
 from verifier.__main__ import Verifier
 from watcher.__main__ import Watcher
 

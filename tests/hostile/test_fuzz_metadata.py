@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from common.http import HttpError, Response
 from common.notice import KINDS
-from tests.fuzzing import any_bytes, fuzz, mutated, times
+from tests.support.fuzzing import any_bytes, fuzz, mutated, times
 from tests.watcher.conftest import make_config
 from watcher.metadata_loop import one_round
 from watcher.providers import aws, azure, gcp, sco

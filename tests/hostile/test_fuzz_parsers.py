@@ -24,8 +24,8 @@ from executor.slurm import cli as slurm
 from executor.slurm import local as slurm_local
 from spool.shipping import retry_after_s
 from supervisord_plugins import listener
-from tests.fuzzing import fuzz, json_values, mutated
-from tests.kube.podspecs import pdb, pod
+from tests.executor.kube.podspecs import pdb, pod
+from tests.support.fuzzing import fuzz, json_values, mutated
 from watcher import nats_creds
 from watcher.contract_store import parse_public_key
 

@@ -11,6 +11,7 @@ file: a crash loop that ends in FATAL.
 from __future__ import annotations
 
 import io
+from functools import partial
 
 import pytest
 import ujson
@@ -24,8 +25,9 @@ from common.notice import Notice
 from common.wire import encode_progress
 from executor import progress_file
 from executor.__main__ import Executor
-from tests.drain_records import budget, record
-from tests.fuzzing import fuzz, json_values, mutated
+from tests.support import notices
+from tests.support.drain_records import budget, record
+from tests.support.fuzzing import fuzz, json_values, mutated
 from verifier import core, metrics
 from watcher.notice_book import NoticeBook
 
@@ -34,15 +36,13 @@ T0 = 1_800_000_000.0
 BUDGET = budget(checkpoint_s=10, evict_s=10, margin_s=5)
 
 
-def notice(nid: str, deadline_in: float = 120.0) -> Notice:
-    return Notice(id=nid, kind="reclaim", node=NODE, instance_id="i-1", issued_at=T0, deadline=T0 + deadline_in,
-                  source="aws", channel="relay", received_at=T0 + 0.5)
+notice = partial(notices.notice, now=T0, node=NODE, received_in=0.5)
 
 
 def _verifier_state() -> dict:
     """A verdicts.json as the verifier writes it: clocks, escalations, a verdict, counters."""
     state = core.new_state()
-    a, b = notice("n1"), notice("n2", 30.0)
+    a, b = notice("n1"), notice("n2", deadline_in=30.0)
     progress = {"n1": record(a, budget=BUDGET, remaining=["ns/a"], steps={"cordoned": T0 + 1}),
                 "n2": record(b, budget=BUDGET, state="done", remaining=[], steps={"cordoned": T0 + 1, "node_empty": T0 + 3},
                              acks={"c:1": ("checkpointed", T0 + 2)})}
@@ -64,7 +64,7 @@ def test_verifier_runs_on_any_state_file(doc):
     """normalize() keeps what is usable; judging, escalating, publishing, counting rejections and
     rendering the metrics then all work on it, and it saves as JSON again."""
     state = core.normalize(doc)
-    active = {"n1": notice("n1"), "n3": notice("n3", 60.0)}
+    active = {"n1": notice("n1"), "n3": notice("n3", deadline_in=60.0)}
     view = core.View(active=active, progress={"n3": record(active["n3"], budget=BUDGET, state="done", remaining=[])},
                      progress_at=T0 + 50, budget=BUDGET)
     for t in (45.0, 130.0):

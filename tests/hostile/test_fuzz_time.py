@@ -7,7 +7,7 @@ from hypothesis import given
 
 from common.notice import Rejected, notice_from_dict, parse_relay_payload
 from common.timefmt import format_rfc3339, parse_gmt, parse_rfc3339
-from tests.fuzzing import fuzz, gmt_texts, rfc3339_texts, times
+from tests.support.fuzzing import fuzz, gmt_texts, rfc3339_texts, times
 
 
 def _round_trips(epoch: float) -> None:

@@ -17,8 +17,8 @@ import pytest
 import ujson
 
 from common import ipc
-from tests.agent_rig import REPO, write_config
-from tests.procutil import wait_for
+from tests.support.agent_rig import REPO, write_config
+from tests.support.wait import wait_for
 
 PROGRAMS = ("watcher", "executor", "verifier", "spool", "supervisord_plugins.listener")
 

@@ -23,8 +23,8 @@ import zmq
 from common import ipc
 from common.events import make_event
 from common.timefmt import format_rfc3339
-from tests.procutil import wait_for
-from tests.stack import HALL, NODE, OTHER_NODE, Stack
+from tests.support.stack import HALL, NODE, OTHER_NODE, Stack
+from tests.support.wait import wait_for
 from tests.watcher.rig import NoticeSub
 from watcher.providers import aws
 

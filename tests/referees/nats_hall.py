@@ -1,6 +1,6 @@
 """A hall's relay as deploy/nats/ describes it, on a real nats-server: operator, accounts, scoped users.
 
-The control plane's side, done the way nsc would (tests/watcher/authkit.py mints the nkeys and
+The control plane's side, done the way nsc would (tests/support/authkit.py mints the nkeys and
 JWTs with ``cryptography``): the operator signs the system account and the SCO account, whose
 claims are deploy/nats/account-sco.json with its two placeholder keys replaced by fresh scoped
 signing keys; each user JWT is signed by the key of its role and carries only its name and its
@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 
-from tests.agent_rig import REPO
-from tests.nats_rig import NatsServer
-from tests.watcher.authkit import NKey, creds_text, jwt
+from tests.support.agent_rig import REPO
+from tests.support.authkit import NKey, creds_text, jwt
+from tests.support.nats_rig import NatsServer
 
 NATS_DIR = os.path.join(REPO, "deploy", "nats")
 CONF_PATHS = ("/etc/nats/sco-operator.jwt", "/var/lib/nats/jwt")

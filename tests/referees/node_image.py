@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import sys
 
-from tests.agent_rig import REPO
 from tests.referees.tools import referee, run
+from tests.support.agent_rig import REPO
 
 INSTALL_SH = os.path.join(REPO, "deploy", "image", "install.sh")
 

@@ -15,9 +15,9 @@ import stat
 
 from common.config import load
 from common.log import Logger
-from tests.agent_rig import REPO
 from tests.referees.nats_hall import Hall
 from tests.referees.tools import cloud_init_python, referee, run
+from tests.support.agent_rig import REPO
 from watcher.contract_keeper import ContractKeeper
 from watcher.nats_creds import read_creds
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.agent_rig import REPO
 from tests.referees.tools import referee, run
-from tests.verifier.promtext import Family, parse
+from tests.support.agent_rig import REPO
+from tests.support.promtext import Family, parse
 
 DASHBOARD = os.path.join(REPO, "deploy", "grafana", "sco-agent.json")
 HISTOGRAMS = ("sco_agent_notice_to_cordoned_seconds", "sco_agent_notice_to_clients_told_seconds",

@@ -8,7 +8,7 @@ Prometheus that scrapes it apply.
 from __future__ import annotations
 
 from tests.referees.tools import referee, run
-from tests.verifier.promtext import parse
+from tests.support.promtext import parse
 
 
 def promtool_check_metrics(text: str) -> tuple[int, str]:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.procutil import wait_for
 from tests.referees.nats_hall import Hall, account_claims
+from tests.support.wait import wait_for
 from tests.watcher.test_relay import RelayHarness
 from watcher.nats_creds import callbacks
 

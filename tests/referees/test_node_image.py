@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from common.config import load
-from tests.agent_rig import REPO
 from tests.referees.tools import referee, run
+from tests.support.agent_rig import REPO
 
 PREFIX = "/opt/sco-agent"
 UNIT = "/etc/systemd/system/sco-agent.service"

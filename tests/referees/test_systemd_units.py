@@ -19,9 +19,9 @@ import os
 import re
 
 from common.contract import BUILTIN
-from tests.agent_rig import REPO
 from tests.referees.node_image import system_unit_dir
 from tests.referees.tools import cloud_init_python, referee, run
+from tests.support.agent_rig import REPO
 
 LOGIND_DROPIN = "/etc/systemd/logind.conf.d/50-sco-agent.conf"
 KUBELET_FRAGMENT = os.path.join(REPO, "deploy", "kubernetes", "kubelet-graceful-shutdown.yaml")

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import time
 
-from tests.drain_records import budget, record_dict
-from tests.procutil import wait_for
-from tests.verifier.promtext import Family, parse, value
-from tests.verifier.rig import Peers, VerifierProcess, notice_dict
+from tests.support.drain_records import budget, record_dict
+from tests.support.notices import notice_dict
+from tests.support.promtext import Family, parse, value
+from tests.support.wait import wait_for
+from tests.verifier.rig import Peers, VerifierProcess
 
 
 def _has_everything(fams: dict[str, Family]) -> bool:
@@ -34,8 +35,8 @@ def produce(base: str) -> str:
         now = time.time()
         # Rejections as the watcher reports them (its per-start counters, common/runtime.py Rejections).
         peers.counters = {"rejected.bad_json": 2, "contract.rejected.bad_signature": 1, "new.relay": 2}
-        done, over = (notice_dict("n-done", now + 60, issued=now - 1),
-                      notice_dict("n-over", now + 5, issued=now - 1, channel="metadata"))
+        done, over = (notice_dict("n-done", deadline=now + 60, now=now - 1),
+                      notice_dict("n-over", deadline=now + 5, now=now - 1, channel="metadata"))
         # The drains' records, on the contract's budget (the rig's: a 2 s margin).
         started_on = budget(checkpoint_s=1, evict_s=1, margin_s=2, budget_s=30)
         # n-done: cordoned, told and empty within a second of the notice.

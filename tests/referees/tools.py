@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.agent_rig import REPO
+from tests.support.agent_rig import REPO
 
 INSTALL_SH = os.path.join(REPO, "tests", "rigs", "referees", "install.sh")
 

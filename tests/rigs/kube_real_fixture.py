@@ -9,7 +9,7 @@ A test module defines its own fixture on top of `real_apiserver()`:
 
 Skips (with the reason) only on a developer's machine where building is impossible: the kubernetes
 source package cannot be fetched from its apt sources, or there is no apt-get / no root to install
-the toolchain and the binary is not cached yet. Under CI the same is a failure (tests/ci.py). Any
+the toolchain and the binary is not cached yet. Under CI the same is a failure (tests/support/ci.py). Any
 other failure -- a broken build, a server that does not come up -- fails the test loudly.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ci import require
 from tests.rigs.kube_real_rig import DEFAULT_NODES, RealApiServer
+from tests.support.ci import require
 
 BUILD_SCRIPT = Path(__file__).with_name("kube_real") / "build.sh"
 BUILD_TIMEOUT_S = 40 * 60  # ~4 min on 2 idle cores; the cores are often shared

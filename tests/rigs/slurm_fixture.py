@@ -2,7 +2,7 @@
 
 The only reason to skip is that Debian's Slurm packages cannot be installed (not root, no
 apt, no registry), and only on a developer's machine: under CI that is a failure too
-(tests/ci.py). Once installed, a rig that fails to start is a test failure, never a skip.
+(tests/support/ci.py). Once installed, a rig that fails to start is a test failure, never a skip.
 
 Use the ready fixture from any conftest.py (one rig per test module):
 
@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from tests.ci import cannot_run, require
 from tests.rigs.slurm_rig import SlurmRig
+from tests.support.ci import cannot_run, require
 
 INSTALL_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm", "install.sh")
 

@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Self, TypeVar
 
 from common.fsutil import write_atomic
-from tests.procutil import wait_for
 from tests.rigs.slurm import conf, procs
+from tests.support.wait import wait_for
 
 T = TypeVar("T")
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from tests.emulators.kube_fixture import kubectl as run_kubectl
-from tests.procutil import wait_for
 from tests.rigs.kube_real_fixture import real_apiserver
 from tests.rigs.kube_real_objects import (
     FakeControlPlane,
@@ -27,6 +26,7 @@ from tests.rigs.kube_real_objects import (
     write_pdb_status,
 )
 from tests.rigs.kube_real_rig import RealApiServer
+from tests.support.wait import wait_for
 
 NODE_A, NODE_B = "node-a", "node-b"
 

@@ -30,8 +30,8 @@ from common.config import Config, load
 from common.log import Logger
 from common.runtime import SpoolLink
 from spool.reader import iter_records
-from tests.agent_rig import write_config
-from tests.procutil import wait_for
+from tests.support.agent_rig import write_config
+from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,8 @@ from common.contract import BUILTIN
 from common.events import make_event
 from spool.reader import read_stats
 from tests.emulators.vector import VectorEmulator
-from tests.procutil import wait_for
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config, spool_file
+from tests.support.wait import wait_for
 
 
 @pytest.fixture

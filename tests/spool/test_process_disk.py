@@ -27,9 +27,9 @@ from common.log import Logger
 from spool.__main__ import RETRY_S, Spool
 from spool.reader import iter_records
 from spool.ring import SpoolIOError, SpoolRing
-from tests.ci import cannot_run
-from tests.procutil import wait_for
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config
+from tests.support.ci import cannot_run
+from tests.support.wait import wait_for
 
 
 @pytest.fixture

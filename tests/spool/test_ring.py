@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from spool.reader import iter_records, read_stats
 from spool.record import DATA_START, HDR, SLOT_SIZE
 from spool.ring import RecordTooLarge, SpoolIOError, SpoolRing
-from tests.ci import require
-from tests.fuzzing import fuzz
+from tests.support.ci import require
+from tests.support.fuzzing import fuzz
 
 SMALL = 64 * 1024
 REPO = Path(__file__).resolve().parents[2]

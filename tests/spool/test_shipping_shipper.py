@@ -18,7 +18,8 @@ from common.log import Logger
 from spool.shipper import Shipper
 from spool.store import Store
 from tests.emulators.vector import VectorEmulator
-from tests.procutil import free_port, wait_for
+from tests.support.procutil import free_port
+from tests.support.wait import wait_for
 
 FAST = {"backoff_base_s": 0.01, "backoff_cap_s": 0.1, "timeout_s": 5.0}
 

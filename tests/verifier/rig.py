@@ -4,7 +4,7 @@
 executor's PUB, the spool's ROUTER) and subscribes to the verifier's PUB. One
 background thread owns every zmq socket: it publishes the current notice,
 contract and progress state every 0.2 s (level-triggered, as the real
-processes do), acknowledges spool events (unless ``spool_up`` is False: then
+processes do), acknowledges spool events (unless ``spool.up`` is False: then
 events are dropped unread, like a spool that is down), and records what the
 verifier publishes. Tests change the state through plain attributes.
 """
@@ -20,17 +20,9 @@ from typing import Any
 import zmq
 
 from common import ipc
-from common.timefmt import format_rfc3339
-from tests.agent_rig import REPO, write_config
-from tests.procutil import wait_for
-
-
-def notice_dict(nid: str, deadline: float, issued: float | None = None, node: str = "node-a",
-                channel: str = "relay") -> dict[str, Any]:
-    issued = time.time() if issued is None else issued
-    return {"id": nid, "kind": "reclaim", "node": node, "instance_id": "i-1", "issued_at": format_rfc3339(issued),
-            "deadline": format_rfc3339(deadline), "source": "test", "channel": channel,
-            "received_at": issued + 0.05, "detail": ""}
+from tests.support.agent_rig import REPO, write_config
+from tests.support.fake_spool import SpoolInbox
+from tests.support.wait import wait_for
 
 
 class Peers:
@@ -46,9 +38,7 @@ class Peers:
             "serial": 1, "hall": "h1", "issued_at": "2026-11-29T12:00:00Z",
             "drain": {"budget_s": 30, "checkpoint_s": 1, "evict_s": 1, "margin_s": 2}}
         self.progress: dict[str, Any] = {}
-        self.spool_up = True
-        self.events: dict[str, dict[str, Any]] = {}   # event_id -> event (resends collapse)
-        self.received = 0                              # every event frame, resends included
+        self.spool = SpoolInbox()                      # spool.up = False: events dropped, not acked
         self.escalate: dict[str, Any] = {}
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -70,15 +60,7 @@ class Peers:
         while not self._stop.is_set():
             events = dict(poller.poll(50))
             if spool in events:
-                while spool.poll(0):
-                    ident, *frames = spool.recv_multipart()
-                    if not self.spool_up:
-                        continue
-                    _, ev = ipc.decode(frames)
-                    with self.lock:
-                        self.received += 1
-                        self.events[ev["event_id"]] = ev
-                    spool.send_multipart([ident, *ipc.encode(ipc.T_ACK, {"ids": [ev["event_id"]]})])
+                self.spool.drain(spool)
             if vsub in events:
                 while vsub.poll(0):
                     _, body = ipc.decode(vsub.recv_multipart())
@@ -96,9 +78,7 @@ class Peers:
         ctx.destroy(linger=0)
 
     def of_type(self, type_: str, notice_id: str | None = None) -> list[dict[str, Any]]:
-        with self.lock:
-            return [e for e in self.events.values()
-                    if e["type"] == type_ and (notice_id is None or e["notice_id"] == notice_id)]
+        return self.spool.of_type(type_, notice_id)
 
     def verdict_events(self, notice_id: str) -> list[dict[str, Any]]:
         return self.of_type("drain.done", notice_id) + self.of_type("drain.overrun", notice_id)

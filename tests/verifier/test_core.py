@@ -1,14 +1,17 @@
 """The verifier's decisions: one verdict per notice, a complete timeline, counters that add up."""
 from __future__ import annotations
 
+from functools import partial
+
 import ujson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from common.notice import Notice
 from common.wire import Escalation, decode_records
-from tests.drain_records import budget, record
-from tests.fuzzing import fuzz
+from tests.support import notices
+from tests.support.drain_records import budget, record
+from tests.support.fuzzing import fuzz
 from verifier import core
 from verifier.judge import PROGRESS_GRACE_S
 
@@ -16,9 +19,7 @@ T0 = 1_000_000.0
 BUDGET = budget(checkpoint_s=10, evict_s=30, margin_s=5)
 
 
-def notice(nid: str = "n1", deadline_in: float = 120.0, channel: str = "relay", received: float = 0.4) -> Notice:
-    return Notice(id=nid, kind="reclaim", node="me", instance_id="i-1", issued_at=T0, deadline=T0 + deadline_in,
-                  source="aws", channel=channel, received_at=T0 + received)
+notice = partial(notices.notice, now=T0, node="me", received_in=0.4)
 
 
 def view(*notices: Notice, progress=None, progress_at=0.0, withdrawn=(), arrivals=None) -> core.View:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from common.notice import Notice
 from common.wire import Escalation
-from tests.drain_records import budget, record
+from tests.support.drain_records import budget, record
 from verifier.judge import PROGRESS_GRACE_S, escalation, held_up_by, judge, start_clock
 
 N = Notice(id="n1", kind="reclaim", node="me", instance_id="", issued_at=0.0, deadline=120.0,

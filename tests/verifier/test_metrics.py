@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.verifier.promtext import ParseError, parse, value
+from tests.support.promtext import ParseError, parse, value
 from verifier import metrics
 
 

@@ -8,10 +8,11 @@ import pytest
 import ujson
 
 from common.timefmt import format_rfc3339, parse_rfc3339
-from tests.drain_records import budget, record_dict
-from tests.procutil import at_least, wait_for
-from tests.verifier.promtext import parse, value
-from tests.verifier.rig import Peers, VerifierProcess, notice_dict
+from tests.support.drain_records import budget, record_dict
+from tests.support.notices import notice_dict
+from tests.support.promtext import parse, value
+from tests.support.wait import at_least, wait_for
+from tests.verifier.rig import Peers, VerifierProcess
 
 
 def read_state(v: VerifierProcess) -> dict:
@@ -50,7 +51,7 @@ def finish(peers: Peers, nid: str) -> None:
 def test_early_drain_done_with_timeline_and_metrics(rig, tmp_path):
     peers, v = rig
     v.start()
-    peers.active = [notice_dict("n1", time.time() + 60, issued=time.time() - 1)]
+    peers.active = [notice_dict("n1", deadline=time.time() + 60, now=time.time() - 1)]
     finish(peers, "n1")
     (ev,) = wait_for(lambda: peers.verdict_events("n1"), 10, "a verdict for n1")
     assert ev["type"] == "drain.done" and ev["source"].startswith("verifier")
@@ -72,7 +73,7 @@ def test_never_empty_is_overrun_with_escalation_published(rig):
     peers.contract["drain"] = {"budget_s": 33, "checkpoint_s": 1, "evict_s": 30, "margin_s": 2}
     v.start()
     now = time.time()
-    peers.active = [notice_dict("n2", now + 6)]               # checkpoint over at +1 s, cutoff at +4 s
+    peers.active = [notice_dict("n2", deadline=now + 6)]               # checkpoint over at +1 s, cutoff at +4 s
     running(peers, "n2", remaining=["ns/stuck"], steps={"cordoned": now + 0.1, "clients_told": now + 0.2})
     wait_for(lambda: peers.escalate.get("n2", {}).get("level") == "checkpoint_over", 10, "checkpoint_over")
     (ev,) = wait_for(lambda: peers.verdict_events("n2"), 10, "an overrun")
@@ -89,7 +90,7 @@ def test_sigkill_before_and_after_the_cutoff_gives_exactly_one_verdict(rig):
     peers, v = rig
     v.start()
     cutoff = time.time() + 3.0
-    peers.active = [notice_dict("a", cutoff + 2), notice_dict("b", cutoff + 2)]
+    peers.active = [notice_dict("a", deadline=cutoff + 2), notice_dict("b", deadline=cutoff + 2)]
     running(peers, "b", remaining=["ns/x"], steps={"cordoned": time.time()})
     wait_for(lambda: len(peers.of_type("verifier.clock_started")) == 2, 10, "both clocks started")
     v.kill()                                       # before the cutoff
@@ -99,7 +100,7 @@ def test_sigkill_before_and_after_the_cutoff_gives_exactly_one_verdict(rig):
     assert time.time() > cutoff
     v.start()
     # A later notice is the barrier: once it is judged, the old ones have been looked at again.
-    peers.active = peers.active + [notice_dict("c", time.time() + 60)]
+    peers.active = peers.active + [notice_dict("c", deadline=time.time() + 60)]
     finish(peers, "c")
     wait_for(lambda: peers.verdict_events("c"), 10, "a verdict for c")
     assert [e["data"]["held_up_by"] for e in peers.verdict_events("a")] == ["cordon"]
@@ -115,16 +116,16 @@ def test_down_across_the_cutoff_judged_on_restart_and_withdrawn_gets_none(rig):
     peers, v = rig
     v.start()
     cutoff = time.time() + 2.0
-    peers.active = [notice_dict("late", cutoff + 2), notice_dict("gone", cutoff + 2)]
+    peers.active = [notice_dict("late", deadline=cutoff + 2), notice_dict("gone", deadline=cutoff + 2)]
     wait_for(lambda: len(peers.of_type("verifier.clock_started")) == 2, 10, "both clocks started")
     v.kill()
-    peers.active = [notice_dict("late", cutoff + 2)]
+    peers.active = [notice_dict("late", deadline=cutoff + 2)]
     peers.withdrawn = ["gone"]
     wait_for(lambda: time.time() > cutoff + 1.0, 10, "the cutoff to pass while the verifier is down")
     v.start()
     (ev,) = wait_for(lambda: peers.verdict_events("late"), 10, "the overdue verdict")
     assert ev["type"] == "drain.overrun"
-    peers.active = peers.active + [notice_dict("c", time.time() + 60)]
+    peers.active = peers.active + [notice_dict("c", deadline=time.time() + 60)]
     finish(peers, "c")
     wait_for(lambda: peers.verdict_events("c"), 10, "a verdict for c")
     assert peers.verdict_events("gone") == []
@@ -134,16 +135,16 @@ def test_down_across_the_cutoff_judged_on_restart_and_withdrawn_gets_none(rig):
 def test_a_verdict_the_spool_never_acked_is_sent_again_after_sigkill(rig):
     """Persisted before sent, kept until acknowledged: the same event (same id) reaches the spool later."""
     peers, v = rig
-    peers.spool_up = False
+    peers.spool.up = False
     v.start()
-    peers.active = [notice_dict("n3", time.time() + 60)]
+    peers.active = [notice_dict("n3", deadline=time.time() + 60)]
     finish(peers, "n3")
     wait_for(lambda: "n3" in read_state(v)["verdicts"], 10, "the verdict persisted")
     v.kill()
     state = read_state(v)
     pending = [e for e in state["unacked"].values() if e["type"] == "drain.done"]
     assert len(pending) == 1
-    peers.spool_up = True
+    peers.spool.up = True
     v.start()
     (ev,) = wait_for(lambda: peers.verdict_events("n3"), 10, "the resent verdict")
     assert ev["event_id"] == pending[0]["event_id"]
@@ -170,7 +171,7 @@ def test_a_drain_is_judged_on_the_budget_it_started_with(rig):
     peers, v = rig
     v.start()   # the contract: checkpoint 1 s, evict 1 s, margin 2 s
     deadline = time.time() + 60
-    peers.active = [notice_dict("n5", deadline)]
+    peers.active = [notice_dict("n5", deadline=deadline)]
     started_on = {"budget_s": 60, "checkpoint_s": 40, "evict_s": 10, "margin_s": 10}
     running(peers, "n5", budget=started_on, remaining=["ns/a"], steps={"cordoned": time.time()})
     wait_for(lambda: peers.of_type("verifier.clock_started", "n5"), 10, "the clock started")
@@ -189,7 +190,7 @@ def test_before_any_drain_record_the_clock_runs_on_the_builtin_contract_not_on_p
     peers, v = rig
     peers.contract = None
     v.start()
-    n = notice_dict("n6", time.time() + 60)
+    n = notice_dict("n6", deadline=time.time() + 60)
     peers.active = [n]
     (ev,) = wait_for(lambda: peers.of_type("verifier.clock_started", "n6"), 15, "the clock started")
     received = n["received_at"]

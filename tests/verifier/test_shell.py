@@ -13,10 +13,10 @@ from common import ipc, state_file
 from common.config import load
 from common.log import Logger
 from common.notice import notice_from_dict
-from tests.agent_rig import write_config
-from tests.drain_records import budget, record
-from tests.procutil import wait_for
-from tests.verifier.rig import notice_dict
+from tests.support.agent_rig import write_config
+from tests.support.drain_records import budget, record
+from tests.support.notices import notice_dict
+from tests.support.wait import wait_for
 from verifier.__main__ import Verifier
 
 BUDGET = budget(checkpoint_s=1, evict_s=1, margin_s=1)
@@ -54,7 +54,7 @@ def test_garbage_is_counted_and_a_good_message_still_lands(shell):
                    [b"notice", b'{"active": [{"id": "x"}, 7]}']):
         before = v.bad_messages
         deliver(v, wpub, frames, lambda before=before: v.bad_messages > before)
-    good = ipc.encode(ipc.T_NOTICE, {"active": [notice_dict("n1", time.time() + 60)], "withdrawn": [],
+    good = ipc.encode(ipc.T_NOTICE, {"active": [notice_dict("n1", deadline=time.time() + 60)], "withdrawn": [],
                                      "arrivals": {"n1": {"relay": 1.0, "carrier-pigeon": 2.0}}})
     deliver(v, wpub, good, lambda: "n1" in v.active)
     assert v.arrivals == {"n1": {"relay": 1.0}}
@@ -66,7 +66,7 @@ def test_judged_state_is_on_disk_before_anything_is_sent(shell, monkeypatch):
     v, wpub, _ = shell
     now = time.time()
     v.active = {}
-    deliver(v, wpub, ipc.encode(ipc.T_NOTICE, {"active": [notice_dict("n1", now + 3)], "withdrawn": []}),
+    deliver(v, wpub, ipc.encode(ipc.T_NOTICE, {"active": [notice_dict("n1", deadline=now + 3)], "withdrawn": []}),
             lambda: "n1" in v.active)
     v.heard |= {ipc.T_CONTRACT, ipc.T_PROGRESS}
     n = v.active["n1"]
@@ -135,7 +135,7 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
         return real_write(target, data, *a, **kw)
 
     now = time.time()
-    notice = notice_dict("n1", now + 30)
+    notice = notice_dict("n1", deadline=now + 30)
 
     def judge(v: Verifier, at: float) -> list[str]:
         sent = []

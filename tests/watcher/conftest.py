@@ -9,7 +9,8 @@ import pytest
 from common.config import Config, build
 from tests.emulators.metadata import MetadataEmulator
 from tests.emulators.metadata_fixture import metadata_emu  # noqa: F401
-from tests.nats_rig import NatsServer
+from tests.support.contract_bundles import bundle_server, current, key, trusted  # noqa: F401  (re-exported fixtures)
+from tests.support.nats_rig import NatsServer
 
 
 @pytest.fixture

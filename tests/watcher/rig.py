@@ -4,7 +4,7 @@
         rig.wait_notice(lambda n: n["kind"] == "reclaim")
 
 ``WatcherRig`` writes the config, starts ``python -m watcher --config`` and
-stops it by PID; ``FakeSpool`` and ``NoticeSub`` each own one zmq socket in
+stops it by PID; ``FakeSpool`` (tests/support/fake_spool.py) and ``NoticeSub`` each own one zmq socket in
 their own thread (sockets are not thread-safe) and keep what they received.
 """
 from __future__ import annotations
@@ -21,61 +21,9 @@ import ujson
 import zmq
 
 from common import ipc
-from tests.agent_rig import REPO, write_config
-from tests.procutil import at_least, wait_for
-
-
-class FakeSpool:
-    """A ROUTER on spool.intake that acknowledges every event and keeps them."""
-
-    def __init__(self, ctx: zmq.Context, runtime_dir: str) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._ctx, self._dir = ctx, runtime_dir
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> FakeSpool:
-        self._thread.start()
-        self._ready.wait(5)
-        return self
-
-    def _run(self) -> None:
-        sock = ipc.bind(self._ctx, zmq.ROUTER, self._dir, ipc.SPOOL_INTAKE)
-        self._ready.set()
-        try:
-            while not self._stop.is_set():
-                if not sock.poll(50):
-                    continue
-                ident, *frames = sock.recv_multipart()
-                topic, body = ipc.decode(frames)
-                if topic == ipc.T_EVENT:
-                    self.events.append(body)
-                    sock.send_multipart([ident, *ipc.encode(ipc.T_ACK, {"ids": [body["event_id"]]})])
-        finally:
-            sock.close(0)
-
-    def of_type(self, type_: str) -> list[dict[str, Any]]:
-        # Resends after a slow ack are the same event: count each event id once.
-        seen, out = set(), []
-        for ev in list(self.events):
-            if ev["type"] == type_ and ev["event_id"] not in seen:
-                seen.add(ev["event_id"])
-                out.append(ev)
-        return out
-
-    def wait_of_type(self, type_: str, n: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """``of_type(type_)`` once it has ``n`` events or more (then the caller asserts the exact list).
-
-        The watcher sends events on its spool link and notice state on its PUB socket: two sockets,
-        two receiving threads here, so what the state shows may be ahead of the events received.
-        """
-        return wait_for(at_least(n, lambda: self.of_type(type_)), timeout,
-                        lambda: f"{n} {type_} event(s), have {len(self.of_type(type_))}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
+from tests.support.agent_rig import REPO, write_config
+from tests.support.fake_spool import FakeSpool
+from tests.support.wait import wait_for
 
 
 class NoticeSub:
@@ -146,7 +94,7 @@ class WatcherRig:
             sections.setdefault(section, {}).update(table)
         write_config(self.config_path, sections)
         self.ctx = zmq.Context()
-        self.spool = FakeSpool(self.ctx, self.run_dir)
+        self.spool = FakeSpool(self.run_dir, self.ctx)
         self.sub = NoticeSub(self.ctx, self.run_dir)
         self.proc: subprocess.Popen | None = None
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.log import Logger
-from tests.fuzzing import fuzz
+from tests.support.fuzzing import fuzz
 from tests.watcher.conftest import make_config
 from watcher.__main__ import Watcher
 from watcher.nats_creds import CredsError, decode_user_seed

@@ -11,10 +11,10 @@ from typing import Any, Self
 
 import pytest
 
-from tests.agent_rig import REPO
-from tests.nats_rig import NatsServer
-from tests.procutil import wait_for
-from tests.watcher import authkit
+from tests.support import authkit
+from tests.support.agent_rig import REPO
+from tests.support.nats_rig import NatsServer
+from tests.support.wait import wait_for
 from tests.watcher.conftest import make_config
 from watcher.nats_creds import CredsError, read_creds
 from watcher.relay import run_relay

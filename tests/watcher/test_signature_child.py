@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from tests.contract.conftest import Key, payload
-from tests.procutil import wait_for
+from tests.support.contract_bundles import Key, payload
+from tests.support.wait import wait_for
 from tests.watcher.rig import WatcherRig
 
 

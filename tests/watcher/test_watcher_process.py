@@ -9,9 +9,10 @@ import zmq
 
 from common import ipc
 from common.timefmt import format_rfc3339
-from tests.drain_records import record_dict
-from tests.nats_rig import NatsServer
-from tests.procutil import free_port, wait_for
+from tests.support.drain_records import record_dict
+from tests.support.nats_rig import NatsServer
+from tests.support.procutil import free_port
+from tests.support.wait import wait_for
 from tests.watcher.rig import WatcherRig
 
 INSTANCE = "i-0123456789abcdef0"      # the AWS emulator's instance

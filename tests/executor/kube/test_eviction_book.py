@@ -1,0 +1,208 @@
+"""The eviction state machine and scheduler, driven by hand: no server, no threads, no clock."""
+from __future__ import annotations
+
+import pytest
+
+from common.wire import Budget, phase_ends
+from executor.kube.eviction_book import (
+    ACCEPTED,
+    GONE,
+    RETRY,
+    STUCK_AFTER_S,
+    Answer,
+    EvictionBook,
+    Inputs,
+    PodState,
+    transition,
+)
+from tests.executor.kube.podspecs import pdb, pod
+
+T0 = 1000.0
+# Checkpoint until T0+10, evict by the book until T0+60, node empty by T0+90.
+D = phase_ends(T0, T0 + 100, Budget(budget_s=70, checkpoint_s=10, evict_s=50, margin_s=10))
+WEB = [pod(f"web-{i}", labels={"app": "web"}) for i in range(3)]
+WEB_PDB = [pdb("web", {"app": "web"})]
+
+
+def book(pods, pdbs=(), pdb_blocked="report", **kw):
+    b = EvictionBook(D, T0, pdb_blocked, **kw)
+    b.observe(list(pods), list(pdbs))
+    return b
+
+
+def names(actions):
+    return [a.key.split("/")[1] for a in actions]
+
+
+NO_INPUTS = Inputs()
+
+
+def send(b, now, inputs=NO_INPUTS, slots=8):
+    return b.next_actions(now, inputs, slots)
+
+
+def uid(name, ns="default"):
+    return f"uid-{ns}-{name}"
+
+
+def test_one_eviction_at_a_time_per_pdb_and_uncovered_pods_in_parallel():
+    b = book(WEB + [pod("solo")], WEB_PDB)
+    actions, _ = send(b, T0)
+    assert names(actions) == ["web-0", "solo"]
+    assert names(send(b, T0)[0]) == []                      # web-0 still in flight
+    emits = b.answer(uid("web-0"), Answer("accepted"), T0 + 0.1)
+    assert [e.event for e in emits] == ["drain.evicted"]
+    assert names(send(b, T0 + 0.1)[0]) == ["web-1"]
+
+
+def test_a_blocked_pod_is_retried_with_backoff_and_its_lane_waits():
+    b = book(WEB, WEB_PDB)
+    send(b, T0)
+    b.answer(uid("web-0"), Answer("blocked", "429", "web"), T0)
+    st = b.states[uid("web-0")]
+    assert (st.phase, st.attempts, st.pdb) == (RETRY, 1, "default/web")
+    assert names(send(b, T0 + 0.05)[0]) == []                # not due, and web-1 would be blocked too
+    assert names(send(b, T0 + 0.1)[0]) == ["web-0"]
+    b.answer(uid("web-0"), Answer("blocked", "429", "web"), T0 + 0.1)
+    assert b.states[uid("web-0")].retry_at == pytest.approx(T0 + 0.3)   # 0.1, 0.2, 0.4 ... at most 1 s
+
+
+def test_backoff_never_exceeds_a_second():
+    st = PodState(phase="in_flight")
+    for _ in range(20):
+        st = transition(st, Answer("blocked"), T0)
+        st = PodState(phase="in_flight", attempts=st.attempts)
+    assert transition(st, Answer("blocked"), T0).retry_at == T0 + 1.0
+
+
+def test_critical_pods_wait_until_every_ordinary_lane_is_done_or_stuck():
+    b = book([pod("app"), pod("dns", ns="kube-system", priority_class="system-node-critical")] + WEB, WEB_PDB)
+    assert names(send(b, T0)[0]) == ["web-0", "app"]
+    b.answer(uid("app"), Answer("accepted"), T0)
+    assert names(send(b, T0)[0]) == []                       # the web lane is still busy
+    b.answer(uid("web-0"), Answer("accepted"), T0)
+    assert names(send(b, T0)[0]) == ["web-1"]
+    b.answer(uid("web-1"), Answer("blocked", "429", "web"), T0)
+    assert names(send(b, T0 + 0.05)[0]) == []                # a 429 is the PDB's pace, not a block
+    t = T0 + 1.0                                             # the backoff's cap: always due again
+    while t < T0 + STUCK_AFTER_S:                            # ... until it has refused for a while
+        assert names(send(b, t)[0]) == ["web-1"]
+        b.answer(uid("web-1"), Answer("blocked", "429", "web"), t)
+        t += 1.0
+    assert names(send(b, t)[0]) == ["web-1", "dns"]          # stuck: the critical tier may go
+
+
+def test_pods_still_checkpointing_wait_for_their_ack_or_the_window_end():
+    b = book([pod("ckpt"), pod("free")])
+    held = Inputs(held=frozenset({uid("ckpt")}))
+    assert names(send(b, T0, held)[0]) == ["free"]
+    assert b.holding(T0, held)
+    assert names(send(b, T0 + 1, held)[0]) == []
+    assert names(send(b, T0 + 1, Inputs())[0]) == ["ckpt"]   # acked
+
+
+def test_checkpoint_window_end_releases_every_pod():
+    b = book([pod("ckpt")])
+    everyone = Inputs(hold_all=True)
+    assert names(send(b, T0 + 9.9, everyone)[0]) == []
+    assert names(send(b, D.checkpoint_by, everyone)[0]) == ["ckpt"]
+    assert not b.holding(D.checkpoint_by, everyone)
+
+
+def test_report_at_the_cutoff_once_and_keep_retrying_politely():
+    b = book(WEB[:1], WEB_PDB)
+    send(b, T0)
+    b.answer(uid("web-0"), Answer("blocked", "budget", "web"), T0 + 1)
+    actions, emits = send(b, D.evict_at)
+    assert names(actions) == ["web-0"] and actions[0].op == "evict"
+    assert [e.event for e in emits] == ["drain.eviction_blocked"]
+    data = emits[0].data
+    assert (data["pod"], data["pdb"], data["attempts"]) == ("default/web-0", "default/web", 1)
+    assert data["blocked_for_ms"] == round((D.evict_at - T0 - 1) * 1000)
+    b.answer(uid("web-0"), Answer("blocked", "budget", "web"), D.evict_at)
+    assert send(b, D.evict_at + 5)[1] == []                  # reported once only
+
+
+def test_delete_at_the_cutoff_with_the_grace_left():
+    b = book([pod("web-0", labels={"app": "web"}, grace=60)], WEB_PDB, pdb_blocked="delete")
+    send(b, T0)
+    b.answer(uid("web-0"), Answer("blocked", "budget", "web"), T0)
+    actions, emits = send(b, D.evict_at)
+    assert emits == [] and [(a.op, a.grace_s) for a in actions] == [("delete", 30)]   # cutoff T0+90
+    emits = b.answer(uid("web-0"), Answer("accepted"), D.evict_at + 0.2)
+    assert [e.event for e in emits] == ["drain.deleted"]
+    assert emits[0].data["reason"] == "pdb_blocked" and emits[0].data["grace_s"] == 30
+
+
+def test_the_verifiers_escalation_brings_the_cutoff_forward():
+    b = book(WEB[:1], WEB_PDB, pdb_blocked="delete")
+    send(b, T0)
+    b.answer(uid("web-0"), Answer("blocked"), T0)
+    assert send(b, T0 + 2)[0][0].op == "evict"
+    b.answer(uid("web-0"), Answer("blocked"), T0 + 2)
+    assert send(b, T0 + 3, Inputs(escalated=True))[0][0].op == "delete"
+
+
+def test_after_the_cutoff_lanes_and_tiers_no_longer_wait():
+    b = book(WEB + [pod("dns", ns="kube-system", priority_class="system-node-critical")], WEB_PDB)
+    assert names(send(b, D.evict_at)[0]) == ["web-0", "web-1", "web-2", "dns"]
+
+
+def test_an_unreachable_server_is_retried_but_not_reported_as_a_pdb_block():
+    b = book([pod("a")])
+    send(b, T0)
+    b.answer(uid("a"), Answer("unreachable", "refused"), T0)
+    actions, emits = send(b, D.evict_at)
+    assert names(actions) == ["a"] and emits == []
+
+
+def test_gone_and_refused_pods_are_never_sent_again():
+    b = book([pod("gone"), pod("replaced"), pod("elsewhere")])
+    send(b, T0)
+    assert b.answer(uid("gone"), Answer("gone"), T0) == []
+    assert b.answer(uid("replaced"), Answer("gone"), T0) == []
+    emits = b.answer(uid("elsewhere"), Answer("refused", "bound to node-b"), T0)
+    assert [e.event for e in emits] == ["drain.error"]
+    assert send(b, D.evict_at)[0] == []
+    assert b.states[uid("gone")].phase == GONE
+
+
+def test_nothing_evicted_before_a_restart_or_already_terminating_is_evicted_again():
+    b = book([pod("done-before"), pod("terminating", terminating=True), pod("new")],
+             evicted=frozenset({uid("done-before")}))
+    assert names(send(b, T0)[0]) == ["new"]
+    assert b.states[uid("done-before")].phase == ACCEPTED
+    assert b.remaining() == ["default/done-before", "default/new", "default/terminating"]
+
+
+def test_accepted_pods_count_until_they_are_gone_from_the_listing():
+    b = book([pod("a")])
+    send(b, T0)
+    b.answer(uid("a"), Answer("accepted"), T0)
+    assert not b.empty()
+    b.observe([], [])
+    assert b.empty() and b.states[uid("a")].phase == GONE
+
+
+def test_at_most_slots_calls_in_flight():
+    b = book([pod(f"p{i}") for i in range(20)])
+    assert len(send(b, T0, slots=8)[0]) == 8
+    assert len(send(b, T0, slots=8)[0]) == 0
+    b.answer(uid("p0"), Answer("accepted"), T0)
+    assert len(send(b, T0, slots=8)[0]) == 1
+
+
+def test_the_evicted_event_says_when_and_with_what_grace():
+    b = book([pod("a", grace=300)])
+    actions, _ = send(b, T0 + 2)
+    assert actions[0].grace_s == 88                          # cutoff T0+90
+    (ev,) = b.answer(uid("a"), Answer("accepted"), T0 + 2.5)
+    assert ev.data == {"pod": "default/a", "uid": uid("a"), "pdb": "", "since_received_ms": 2500,
+                       "attempts": 1, "grace_s": 88}
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError):
+        EvictionBook(D, T0, "shrug")
+    with pytest.raises(ValueError):
+        Answer("maybe")

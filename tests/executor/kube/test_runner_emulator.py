@@ -1,0 +1,257 @@
+"""The drain runner (threads, HTTP) against the API-server emulator: order, lanes, PDBs, fallback."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from executor.kube.api import KubeApi, NotOwnNode
+from executor.kube.eviction_book import Inputs
+from executor.kube.node_patch import EXCLUDE_LB_LABEL
+from executor.scheduler import InPhase, Log, Remaining, Remember
+from tests.emulators.kube import objects
+from tests.emulators.kube_fixture import kube_emulator
+from tests.executor.kube.harness import NODE, OTHER, TAINT_KEY, Drain, make_spec
+from tests.support.wait import wait_for
+
+FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    with kube_emulator(tmp_path_factory.mktemp("kube"), grace_cap=0.1) as kube:
+        yield kube
+
+
+@pytest.fixture
+def kube(emulator):
+    emulator.reset()
+    emulator.add_node(NODE, taints=[FOREIGN])
+    emulator.add_node(OTHER)
+    return emulator
+
+
+@pytest.fixture
+def drains():
+    started: list[Drain] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def start(kube, drains, inputs=None, **kw) -> Drain:
+    d = Drain(lambda: KubeApi(kube.url, NODE, timeout_s=1.0), make_spec(**kw), inputs)
+    drains.append(d)
+    return d
+
+
+def critical(name: str) -> dict:
+    p = objects.pod(name, NODE, namespace="kube-system")
+    p["spec"]["priorityClassName"] = "system-node-critical"
+    return p
+
+
+def evicted(kube) -> list[str]:
+    return [name for _, name, status in kube.evictions() if status == 201]
+
+
+def test_drain_in_priority_order_leaving_daemonsets_mirrors_and_other_nodes(kube, drains):
+    """Ordinary pods first, critical last; DaemonSet, mirror, finished and other-node pods untouched."""
+    kube.seed(critical("dns"), critical("proxy"))
+    for name in ("app-1", "app-2", "app-3"):
+        kube.add_pod(name, NODE)
+    kube.add_daemonset("agent")
+    kube.add_pod("agent-a", NODE, namespace="kube-system", owner=("DaemonSet", "agent"))
+    kube.add_pod("static-a", NODE, mirror=True)
+    kube.add_pod("done", NODE, phase="Succeeded")
+    kube.add_pod("elsewhere", OTHER)
+    d = start(kube, drains)
+    d.wait_state("done")
+    order = evicted(kube)
+    assert sorted(order[:3]) == ["app-1", "app-2", "app-3"] and sorted(order[3:]) == ["dns", "proxy"]
+    assert {n for _, n, _ in kube.evictions()} == {"app-1", "app-2", "app-3", "dns", "proxy"}
+    assert kube.pod_names(NODE) == {"agent-a", "static-a", "done"}
+    assert kube.pod_names(OTHER) == {"elsewhere"}
+    node = kube.node(NODE)
+    assert node["spec"]["unschedulable"] is True
+    assert node["spec"]["taints"] == [FOREIGN, {"key": TAINT_KEY, "value": "reclaim", "effect": "NoSchedule"}]
+    assert d.steps() == ["cordoned", "node_empty"]
+    assert [r.items for r in d.reports if isinstance(r, Remaining)][-1] == ()
+    assert {e["pod"] for e in d.events("drain.evicted")} == {"default/app-1", "default/app-2", "default/app-3",
+                                                             "kube-system/dns", "kube-system/proxy"}
+
+
+def test_one_eviction_at_a_time_under_a_pdb_and_uncovered_pods_at_once(kube, drains):
+    kube.add_pdb("web", {"app": "web"}, max_unavailable="100%")
+    for i in range(4):
+        kube.add_pod(f"web-{i}", NODE, labels={"app": "web"})
+        kube.add_pod(f"solo-{i}", NODE)
+    kube.fault("delay", pattern="/eviction", seconds=0.3)
+    d = start(kube, drains)
+    d.wait_state("done")
+    arrivals = {e["path"].split("/")[6]: e["time"] for e in kube.requests() if e["path"].endswith("/eviction")}
+    web = sorted(arrivals[f"web-{i}"] for i in range(4))
+    solo = sorted(arrivals[f"solo-{i}"] for i in range(4))
+    assert all(b - a >= 0.29 for a, b in itertools.pairwise(web)), web
+    assert solo[-1] - solo[0] < 0.25, solo
+
+
+def test_pdb_blocked_pod_is_retried_then_reported_at_the_cutoff(kube, drains):
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0, "currentHealthy": 1,
+                                                       "desiredHealthy": 1, "expectedPods": 1})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    d = start(kube, drains, evict_s=2.0)
+    ev = d.wait_event("drain.eviction_blocked")
+    attempts = [s for _, n, s in kube.evictions() if n == "db-0"]
+    assert set(attempts) == {429} and len(attempts) >= 4       # backoff from 0.1 s, never a fixed 5 s
+    assert ev["pod"] == "default/db-0" and ev["pdb"] == "default/db" and ev["attempts"] >= 4
+    assert ev["since_received_ms"] >= 2000
+    assert kube.pod_names(NODE) == {"db-0"} and d.state() is None   # still trying, not done
+
+
+def test_pdb_blocked_pod_is_deleted_at_the_cutoff_when_the_contract_says_so(kube, drains):
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
+    kube.add_pod("db-0", NODE, labels={"app": "db"}, grace=600)
+    d = start(kube, drains, evict_s=1.0, deadline_in=30.0, margin_s=5.0, pdb_blocked="delete")
+    d.wait_state("done")
+    (ev,) = d.events("drain.deleted")
+    assert ev["pod"] == "default/db-0" and ev["reason"] == "pdb_blocked" and 20 <= ev["grace_s"] <= 24
+    delete = [e for e in kube.requests() if e["method"] == "DELETE" and "/pods/db-0" in e["path"]]
+    assert delete[0]["body"]["preconditions"]["uid"] and delete[0]["body"]["gracePeriodSeconds"] == ev["grace_s"]
+    assert "db-0" not in kube.pod_names(NODE)
+
+
+def test_a_pod_checkpointing_waits_for_its_ack(kube, drains):
+    uid = kube.add_pod("ckpt", NODE)["uid"]
+    kube.add_pod("free", NODE)
+    d = start(kube, drains, Inputs(held=frozenset({uid})), checkpoint_s=30.0)
+    wait_for(lambda: evicted(kube) == ["free"], 10, "the free pod evicted")
+
+    def listings() -> int:
+        return sum(1 for e in kube.requests() if e["method"] == "GET" and e["path"] == "/api/v1/pods")
+
+    # Several listing rounds (counted, not slept for): the held pod must still not be touched.
+    rounds = listings()
+    wait_for(lambda: listings() >= rounds + 3, 10, "three more listing rounds")
+    assert evicted(kube) == ["free"] and [r.phase for r in d.reports if isinstance(r, InPhase)][-1] == "checkpoint"
+    d.runner.inputs = Inputs()    # its workload acked
+    d.wait_state("done")
+    assert evicted(kube) == ["free", "ckpt"]
+
+
+def test_grace_is_capped_to_the_time_left(kube, drains):
+    kube.add_pod("slow", NODE, grace=300)
+    d = start(kube, drains, deadline_in=20.0, margin_s=5.0)
+    d.wait_state("done")
+    (body,) = [e["body"] for e in kube.requests() if e["path"].endswith("/eviction")]
+    assert 13 <= body["deleteOptions"]["gracePeriodSeconds"] <= 15
+    assert body["deleteOptions"]["preconditions"]["uid"]
+
+
+def test_load_balancer_label_first_then_cordon(kube, drains):
+    kube.add_pod("app", NODE)
+    d = start(kube, drains, exclude_from_lb=True)
+    d.wait_state("done")
+    patches = [e["body"] for e in kube.requests() if e["method"] == "PATCH"]
+    assert patches[0]["metadata"]["labels"] == {EXCLUDE_LB_LABEL: "true"}
+    assert patches[1]["spec"]["unschedulable"] is True
+    assert kube.node(NODE)["metadata"]["labels"][EXCLUDE_LB_LABEL] == "true"
+    assert d.events("drain.cordoned")[0]["lb_excluded"] is True
+
+
+def test_refused_taint_leaves_a_cordon_without_it(kube, drains):
+    """A node identity may not taint its own node (NodeRestriction): cordon anyway."""
+    kube.fault("status", pattern=f"/api/v1/nodes/{NODE}$", method="PATCH", status=403, count=1,
+               body={"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                     "message": f'nodes "{NODE}" is forbidden: node "{NODE}" is not allowed to modify taints'})
+    kube.add_pod("app", NODE)
+    d = start(kube, drains)
+    d.wait_state("done")
+    ev = d.events("drain.cordoned")[0]
+    assert ev["tainted"] is False and "taints" in ev["taint_refused"]
+    node = kube.node(NODE)
+    assert node["spec"]["unschedulable"] is True and node["spec"]["taints"] == [FOREIGN]
+
+
+def test_unreadable_pdbs_still_drain(kube, drains):
+    kube.fault("status", pattern="poddisruptionbudgets", status=403)
+    for i in range(3):
+        kube.add_pod(f"web-{i}", NODE, owner=("ReplicaSet", "web"))
+    d = start(kube, drains)
+    d.wait_state("done")
+    assert sorted(evicted(kube)) == ["web-0", "web-1", "web-2"]
+    assert any(r.name == "drain.pdbs_unreadable" for r in d.reports if isinstance(r, Log))
+
+
+def test_a_server_ignoring_the_field_selector_cannot_make_us_evict_elsewhere(kube, drains):
+    stray = objects.pod("stray", OTHER)
+    stray["metadata"]["uid"] = "stray-uid"
+    kube.fault("status", pattern=r"/api/v1/pods\?", method="GET", status=200,
+               body={"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [stray]})
+    d = start(kube, drains)
+    d.wait_state("done")
+    assert kube.evictions() == []
+
+
+def test_the_agent_refuses_pods_of_another_node_before_any_call(kube):
+    api = KubeApi(kube.url, NODE)
+    other = kube.add_pod("theirs", OTHER)
+    pod = kube.get(f"/api/v1/namespaces/default/pods/{other['name']}")
+    kube.clear_requests()
+    with pytest.raises(NotOwnNode):
+        api.evict_pod(pod)
+    with pytest.raises(NotOwnNode):
+        api.delete_pod(pod, 1)
+    with pytest.raises(NotOwnNode):
+        api.patch_node(OTHER, {"spec": {"unschedulable": True}})
+    assert kube.requests() == []
+
+
+def test_api_server_down_falls_back_then_reconciles(kube, drains, tmp_path):
+    kube.add_pod("app", NODE)
+    marker = tmp_path / "fallback-ran"
+    kube.down()
+    d = start(kube, drains, fallback_command=("touch", str(marker)))
+    ev = d.wait_event("drain.fallback")
+    assert ev["ran"] is True and ev["exit"] == 0 and marker.exists()
+    kube.up()
+    rec = d.wait_event("drain.reconciled")
+    assert rec["tainted"] is True and rec["remaining"] == ["default/app"]
+    d.wait_state("done")
+    assert kube.node(NODE)["spec"]["unschedulable"] is True
+    assert d.steps()[:3] == ["fallback", "reconciled", "cordoned"]
+
+
+def test_a_restarted_drain_never_evicts_a_pod_twice(kube, drains):
+    for i in range(3):
+        kube.add_pod(f"slow-{i}", NODE, terminate_after=3)
+    first = start(kube, drains)
+    wait_for(lambda: len(first.events("drain.evicted")) == 3, 10, "three evictions")
+    first.stop()
+    # What the record keeps of the first run: its last memo.
+    memo = [r.memo for r in first.reports if isinstance(r, Remember)][-1]
+    assert set(memo["evicted"]) == {e["uid"] for e in first.events("drain.evicted")}
+    second = start(kube, drains, evicted=memo["evicted"], steps_done=frozenset({"cordoned"}))
+    second.wait_state("done")
+    assert sorted(evicted(kube)) == ["slow-0", "slow-1", "slow-2"]
+    assert second.events("drain.evicted") == []
+
+
+def test_policy_v1beta1_server(tmp_path, drains):
+    with kube_emulator(tmp_path, policy_versions=("v1beta1",), grace_cap=0.1) as kube:
+        kube.add_node(NODE)
+        kube.add_pdb("web", {"app": "web"}, max_unavailable=1, api_version="policy/v1beta1")
+        kube.add_pod("web-0", NODE, labels={"app": "web"})
+        d = start(kube, drains)
+        d.wait_state("done")
+        (body,) = [e["body"] for e in kube.requests() if e["path"].endswith("/eviction")]
+        assert body["apiVersion"] == "policy/v1beta1"
+        assert any("/apis/policy/v1beta1/poddisruptionbudgets" in e["path"] for e in kube.requests())
+        d.stop()
+
+
+def test_cordon_only_policy(kube, drains):
+    kube.add_pod("app", NODE)
+    d = start(kube, drains, cordon_only=True)
+    d.wait_state("cordoned_only")
+    assert kube.evictions() == [] and kube.node(NODE)["spec"]["unschedulable"] is True

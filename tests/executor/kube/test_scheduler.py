@@ -1,0 +1,88 @@
+"""The Kubernetes scheduler's loop side (executor/kube/scheduler.py), with a fake API."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from common.config import build
+from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
+from executor.kube.scheduler import KubeScheduler
+from executor.scheduler import NewState, StepDone, Withdrawal
+from tests.support.wait import wait_for
+
+TAINT = {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
+
+
+class FakeApi:
+    """Just enough of KubeApi for the node steps: one Node, patches recorded and applied."""
+
+    node = "node-a"
+
+    def __init__(self) -> None:
+        self.doc: dict[str, Any] = {"metadata": {"name": self.node, "resourceVersion": "1",
+                                                 "annotations": {A_NOTICE: "n1", A_CORDONED_BY_AGENT: "true"}},
+                                    "spec": {"unschedulable": True, "taints": [TAINT]}}
+        self.patches: list[dict[str, Any]] = []
+
+    def get_node(self) -> dict[str, Any]:
+        return copy.deepcopy(self.doc)
+
+    def patch_node(self, name: str, patch: dict[str, Any], content_type: str = "") -> dict[str, Any]:
+        self.patches.append(patch)
+        for key, value in (patch["metadata"].get("annotations") or {}).items():
+            if value is None:
+                self.doc["metadata"]["annotations"].pop(key, None)
+        self.doc["spec"].update(patch["spec"])
+        return self.get_node()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_withdrawal_that_succeeded_is_not_run_again_before_the_loop_reads_its_reports():
+    """Found by the chaos run: the loop saw the withdrawal thread gone before it had applied its
+    reports (state still "done"), started a second one, and drain.uncordoned was announced twice."""
+    api = FakeApi()
+    driver = KubeScheduler(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
+    w = Withdrawal("n1", "sco.io/notice", frozenset({"cordoned"}))
+    try:
+        driver.withdraw(w, 0.0)
+        wait_for(lambda: not driver.withdrawals["n1"].alive, 5, "the withdrawal done")
+        driver.withdraw(w, 0.0)   # the loop's next turn, its reports not read yet
+        wait_for(lambda: not driver.withdrawals["n1"].alive, 5, "no second withdrawal running")
+        steps = [r.step for r in driver.reports() if isinstance(r, StepDone)]
+    finally:
+        driver.close()
+    assert steps == ["uncordoned"]
+    assert len(api.patches) == 1 and api.doc["spec"] == {"unschedulable": False, "taints": []}
+
+
+def test_a_withdrawal_that_failed_is_started_again():
+    """A withdrawal stopped before it could uncordon (the executor stopping it) is retried next turn."""
+    api = FakeApi()
+    driver = KubeScheduler(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
+    w = Withdrawal("n1", "sco.io/notice", frozenset({"cordoned"}))
+    try:
+        driver.withdraw(w, 0.0)
+        first = driver.withdrawals["n1"]
+        wait_for(lambda: not first.alive, 5, "the withdrawal done")
+        first.succeeded = False      # as if it had ended without reaching the server
+        driver.withdraw(w, 0.0)
+        assert driver.withdrawals["n1"] is not first
+        wait_for(lambda: not driver.withdrawals["n1"].alive, 5, "the second withdrawal done")
+    finally:
+        driver.close()
+
+
+def test_a_notice_withdrawn_before_anything_was_done_on_the_node_is_withdrawn_once():
+    """Nothing cordoned, no drain running: no call to make, only the state to report (once)."""
+    api = FakeApi()
+    driver = KubeScheduler(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
+    try:
+        driver.withdraw(Withdrawal("n2", "sco.io/notice"), 0.0)
+        driver.withdraw(Withdrawal("n2", "sco.io/notice"), 0.1)
+        wait_for(lambda: driver.withdrawals == {}, 1, "no withdrawal runner")
+        reports = driver.reports()
+    finally:
+        driver.close()
+    assert reports == [NewState("n2", "withdrawn")] and api.patches == []
