@@ -26,7 +26,9 @@ from watcher.contract_store import TrustDirError, load_trust_dir
 from watcher.contract_verify import (
     MAX_ENVELOPE_BYTES,
     PAYLOAD_TYPE,
+    Accepted,
     NodeScope,
+    Opened,
     Rejected,
     decide,
     open_bundle,
@@ -146,6 +148,7 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for problem in trust.problems:
         print(f"warning: {problem}", file=err)
     raw = _read(args.bundle)
+    outcome: Accepted | Opened | Rejected
     if args.hall is not None:
         outcome = decide(None, raw, NodeScope(args.hall, args.node_class), trust.keys)
     else:

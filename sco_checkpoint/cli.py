@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import NoReturn
 
 from sco_checkpoint.client import (
     ProtocolError,
@@ -50,7 +51,7 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit 2, which means "timeout" here
+    def error(self, message: str) -> NoReturn:  # argparse would exit 2, which means "timeout" here
         raise _UsageError(f"{self.prog}: {message}")
 
 

@@ -101,7 +101,7 @@ class Connection:
     def ack(self, notice_id: str, status: str, detail: str = "", replay: bool = False,
             timeout: float | None = 5.0) -> dict:
         """Send an ack and return the agent's ``acked`` reply; ProtocolError on an error reply."""
-        msg = {"op": "ack", "id": notice_id, "status": status}
+        msg: dict[str, object] = {"op": "ack", "id": notice_id, "status": status}
         if detail:
             msg["detail"] = detail[:1024]
         if replay:

@@ -30,7 +30,7 @@ from typing import Any
 from common.config import Config
 from common.notice import relay_subjects
 
-RECONNECT_WAIT_S = 1          # the relay is the fast channel: come back quickly
+RECONNECT_WAIT_S = 1.0        # the relay is the fast channel: come back quickly
 RESTART_BACKOFF_MAX_S = 30.0
 # A subscriber that falls behind drops messages instead of growing without bound:
 # 1000 notices of at most 8 KiB is far beyond any real burst.
