@@ -78,7 +78,7 @@ def _strict_flags_of_this_mypy() -> dict[str, bool]:
     out = {}
     for flag in flags:
         name = flag.replace("-", "_")
-        out[name[3:] if name.startswith("no_") else name] = not name.startswith("no_")
+        out[name.removeprefix("no_")] = not name.startswith("no_")
     return out
 
 
