@@ -34,7 +34,7 @@ import zmq
 from common import ipc
 from common.config import Config
 from common.contract import Contract
-from common.events import make_event
+from common.events import Origin, make_event
 from common.log import Logger
 from common.runtime import Rejections, StopFlag, start
 from spool.intake import MAX_RECORD, OWN, Intake, Rejected, encode, parse_event
@@ -77,7 +77,7 @@ class Spool:
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.sub, zmq.POLLIN)
         # A per-start stamp keeps (source, seq) of the spool's own events unique across restarts.
-        self.instance = f"spool-{os.getpid()}-{int(time.time())}"
+        self.origin = Origin(config.node.name, config.node.hall, f"spool-{os.getpid()}-{int(time.time())}")
         self.seq = 0
         self.episode: Episode | None = None
         self.retry_at = 0.0
@@ -202,8 +202,7 @@ class Spool:
 
     def own_event(self, type_: str, data: dict[str, Any], when: float) -> bytes:
         self.seq += 1
-        ev = make_event(type_, node=self.config.node.name, hall=self.config.node.hall,
-                        source=self.instance, seq=self.seq, data=data, now=when)
+        ev = make_event(type_, self.origin, self.seq, data=data, now=when)
         payload = encode(ev)
         self.intake.offer(OWN, ev["event_id"], payload)
         return payload
