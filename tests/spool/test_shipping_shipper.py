@@ -16,11 +16,12 @@ import pytest
 
 from common.log import Logger
 from spool.shipper import Shipper
+from spool.shipping import ShipPolicy
 from spool.store import Store
 from tests.emulators.vector import VectorEmulator
 from tests.procutil import free_port, wait_for
 
-FAST = {"backoff_base_s": 0.01, "backoff_cap_s": 0.1, "timeout_s": 5.0}
+FAST = {"backoff_base_s": 0.01, "backoff_cap_s": 0.1, "timeout_s": 5.0}   # a ShipPolicy's fields
 
 
 def event(i: int, type_: str = "drain.evicted") -> bytes:
@@ -43,7 +44,7 @@ def vec() -> Iterator[VectorEmulator]:
 
 def start_shipper(store: Store, url: str | None, batch_max: int = 50, **options: float) -> Shipper:
     shipper = Shipper(store, Logger("shipper", stream=io.StringIO()), url, batch_max,
-                      rng=random.Random(1), **{**FAST, **options})
+                      policy=ShipPolicy(**{**FAST, **options}), rng=random.Random(1))
     shipper.start()
     return shipper
 
