@@ -8,8 +8,10 @@ network or server fault.
 """
 from __future__ import annotations
 
+import functools
 import http.client
 import socket
+import ssl  # already loaded by http.client; named for the type
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -29,8 +31,6 @@ REFRESH_INTERVAL_S = 60.0
 REFRESH_JITTER_S = 10.0  # spreads a hall's nodes so a fleet rollout does not fetch in lockstep
 FETCH_TIMEOUT_S = 5.0
 _CHUNK = 16384
-
-_ssl_context = None  # built once, at the first https fetch: loading the CA store is not free
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +140,15 @@ def _failed(etag: str | None, code: str, exc: Exception) -> FetchResult:
 
 
 def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> http.client.HTTPConnection:
-    global _ssl_context
     if scheme == "http":
         return http.client.HTTPConnection(host, port, timeout=timeout_s)
-    if _ssl_context is None:
-        import ssl
+    return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_tls_context())
 
-        _ssl_context = ssl.create_default_context()
-    return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_ssl_context)
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """Built once, at the first https fetch: loading the CA store is not free."""
+    return ssl.create_default_context()
 
 
 def _exchange(conn: http.client.HTTPConnection, target: str, etag: str | None, limit: int,

@@ -101,10 +101,7 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
         return
     nats = import_nats(servers)
     subjects = relay_subjects(config.node.hall, config.node.name)
-
-    def report(status: str, detail: str) -> None:
-        if not stop.is_set():   # the disconnect of our own drain on stop is no news
-            on_status(status, detail)
+    report = _unless_stopping(on_status, stop)
 
     async def handler(msg: Any) -> None:
         on_payload(msg.data, msg.subject)
@@ -137,6 +134,15 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
             return
         report("closed", "connection closed; starting over")
         await _sleep(stop, delay)
+
+
+def _unless_stopping(on_status: Status, stop: asyncio.Event) -> Status:
+    """``on_status``, quiet once ``stop`` is set: the disconnect of our own drain on stop is no news."""
+    def report(status: str, detail: str) -> None:
+        if not stop.is_set():
+            on_status(status, detail)
+
+    return report
 
 
 async def _until_stop(awaitable: Any, stop: asyncio.Event) -> Any:
