@@ -23,14 +23,14 @@ def test_unknown_key_is_refused(tmp_path):
     """A typo must not silently fall back to a default."""
     p = tmp_path / "a.toml"
     p.write_text("[metadata]\npoll_intervall_s = 1\n")
-    with pytest.raises(cfg.ConfigError, match="metadata.poll_intervall_s"):
+    with pytest.raises(cfg.ConfigError, match=r"metadata\.poll_intervall_s"):
         cfg.load(str(p))
 
 
 def test_wrong_type_names_the_key(tmp_path):
     p = tmp_path / "a.toml"
     p.write_text('[spool]\nsize_mb = "big"\n')
-    with pytest.raises(cfg.ConfigError, match="spool.size_mb must be int"):
+    with pytest.raises(cfg.ConfigError, match=r"spool\.size_mb must be int"):
         cfg.load(str(p))
 
 

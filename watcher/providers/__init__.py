@@ -100,7 +100,7 @@ class BaseSource:
             return resp.body
         if resp.status == 404 and missing_ok:
             return None
-        raise MetadataError(http_reason(resp.status), f"{method} {path.split('?')[0]}")
+        raise MetadataError(http_reason(resp.status), f"{method} {path.split('?', maxsplit=1)[0]}")
 
 
 def http_reason(status: int) -> str:
