@@ -51,7 +51,8 @@ def main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) 
     except SystemExit as exc:  # argparse exits on --help (0) and on bad usage (2)
         return int(exc.code or 0)
     try:
-        return args.run(args, out, err)
+        status: int = args.run(args, out, err)
+        return status
     except CliError as exc:
         print(f"sco-agentctl contract {args.command}: {exc}", file=err)
         return 1
