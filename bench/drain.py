@@ -34,9 +34,11 @@ from typing import Any
 from executor.drain_plan import deadlines
 from executor.kube import KubeApi
 from executor.kube_runner import DrainRunner, DrainSpec, Report
+from tests.emulators.kube_fixture import kubectl as run_kubectl
+from tests.procutil import wait_for
+from tests.rigs.kube_real_fixture import cached_binary
 
 REPO = Path(__file__).resolve().parents[1]
-KUBECTL = str(Path(sys.executable).parent / "kubectl")
 CASES = (("11 PDBs", 11), ("1 PDB", 1), ("no PDB", 0))
 TOOLS = ("agent", "kubectl")
 GOAL = 0.5
@@ -113,8 +115,8 @@ class RealCluster(Cluster):
         for i in range(pods):
             create_running_pod(self.admin, ns, f"p-{i:03d}", node, labels=pod_labels(i, pdbs))
         if pdbs:   # the fake disruption controller must have written every PDB's status first
-            wait(lambda: all(p.get("status", {}).get("disruptionsAllowed", 0) > 0 for p in self.admin.must(
-                "GET", f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets")["items"]), "PDB status")
+            wait_for(lambda: all(p.get("status", {}).get("disruptionsAllowed", 0) > 0 for p in self.admin.must(
+                "GET", f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets")["items"]), TIMEOUT_S, "PDB status")
 
     def agent_api(self, node: str) -> Callable[[], KubeApi]:
         s = self.server
@@ -138,7 +140,7 @@ def real_tier(base: Path) -> Iterator[Cluster]:
     from tests.rigs.kube_real_objects import FakeControlPlane
     from tests.rigs.kube_real_rig import RealApiServer
 
-    binary = Path.home() / ".cache" / "sco-agent" / "kube-apiserver-v1.20.2"
+    binary = cached_binary()
     if not binary.exists():
         raise SystemExit(f"{binary} missing: run tests/rigs/kube_real/build.sh first")
     names = tuple(f"bench-{pdbs}-{tool}" for _, pdbs in CASES for tool in TOOLS)
@@ -151,17 +153,8 @@ def real_tier(base: Path) -> Iterator[Cluster]:
 
 
 # -- the two drains ------------------------------------------------------------------------------
-def wait(cond: Callable[[], Any], what: str, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached in {timeout} s")
-        time.sleep(0.05)
-
-
 def kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([KUBECTL, "--kubeconfig", str(cluster.kubeconfig), "--cache-dir", str(cluster.cache_dir),
-                           *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    proc = run_kubectl(cluster.kubeconfig, cluster.cache_dir, *args, timeout=TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args[:2])} exited {proc.returncode}: {proc.stderr[-800:]}")
     return proc
@@ -175,7 +168,7 @@ def agent_drain(cluster: Cluster, node: str) -> float:
     reports: list[Report] = []
     t0 = time.perf_counter()
     runner = DrainRunner(spec, cluster.agent_api(node), reports.append).start()
-    wait(lambda: any(r.kind == "state" for r in list(reports)), f"agent drain of {node}")
+    wait_for(lambda: any(r.kind == "state" for r in list(reports)), TIMEOUT_S, f"agent drain of {node}")
     took = time.perf_counter() - t0
     runner.stop()
     states = [r.name for r in reports if r.kind == "state"]

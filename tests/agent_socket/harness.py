@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from common.timefmt import format_rfc3339
 from executor.agent_socket import AgentSocketServer
 from executor.socket_protocol import Ack
+from tests.procutil import wait_for
 
 
 def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.0,
@@ -29,15 +30,8 @@ def make_notice(nid: str, deadline_in: float = 120.0, checkpoint_in: float = 90.
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01,
                what: str = "condition") -> object:
-    """Poll ``predicate`` until it is truthy; AssertionError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    """Poll ``predicate`` until it is truthy (tests.procutil.wait_for, errors not retried)."""
+    return wait_for(predicate, timeout, what, interval, retry_on=())
 
 
 class ServerThread:

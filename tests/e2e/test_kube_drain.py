@@ -5,7 +5,7 @@ import os
 import signal
 from collections import Counter
 
-from tests.procutil import wait_for
+from tests.procutil import at_least, wait_for
 from tests.stack import NODE, OTHER_NODE, Stack
 
 FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
@@ -33,7 +33,8 @@ def test_drain_keeps_foreign_taints_skips_daemonsets_and_mirrors_and_reports_a_b
         doc = publish(s, deadline_in=12)
         blocked = s.wait_event("drain.eviction_blocked", doc["id"], timeout=25)
         assert blocked["data"]["pod"] == "default/db-0" and blocked["data"]["pdb"] == "default/db"
-        evicted = sorted(e["data"]["pod"] for e in s.events_of("drain.evicted", doc["id"]))
+        evicted = sorted(e["data"]["pod"] for e in wait_for(
+            at_least(2, lambda: s.events_of("drain.evicted", doc["id"])), 15, "two drain.evicted events"))
         assert evicted == ["default/app-1", "default/app-2"]
         assert {n for _, n, _ in s.kube.evictions()} == {"app-1", "app-2", "db-0"}
         assert {"agent-a", "static-a", "db-0"} <= s.kube.pod_names(NODE)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
+
+import zmq
 
 from executor.node_patch import A_DEADLINE, A_NOTICE
 from tests.procutil import pid_alive, wait_for
 from tests.stack import OTHER_NODE
+from tests.watcher.rig import NoticeSub
 
 
 def own_taint(node: dict) -> dict | None:
@@ -69,7 +71,16 @@ def test_notice_while_executor_is_stopped_is_acted_on_when_it_starts(stack):
     assert "stopped" in stack.agent.ctl("stop", "executor").stdout
     doc = stack.publish_notice(deadline_in=120)
     stack.wait_event("notice.received", doc["id"])
-    time.sleep(1.5)   # several re-announcements with nobody to hear them
+    # Several re-announcements with nobody to hear them (counted on the watcher's PUB, not slept for).
+    ctx = zmq.Context()
+    sub = NoticeSub(ctx, stack.agent.run_dir).start()
+    try:
+        wait_for(lambda: sum(1 for _, state in sub.states
+                             if any(n.get("id") == doc["id"] for n in state.get("active") or [])) >= 3,
+                 15, "three announcements of the notice")
+    finally:
+        sub.stop()
+        ctx.destroy(linger=0)
     assert not stack.cordoned()
     assert "started" in stack.agent.ctl("start", "executor").stdout
     wait_for(stack.cordoned, 20, "node cordoned after the executor came back")

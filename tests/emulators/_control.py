@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from common.timefmt import parse_rfc3339
 from tests.emulators._http import CONTROL_PREFIX, Request, Response, json_response
+from tests.procutil import wait_for
 
 Command = Callable[[dict[str, Any]], Any]
 T = TypeVar("T")
@@ -160,11 +160,4 @@ class ControlClient:
     def wait_until(self, probe: Callable[[], T | None], timeout: float = 5.0,
                    interval: float = 0.02) -> T:
         """Poll ``probe`` until it returns something truthy; ``TimeoutError`` at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout} s")
-            time.sleep(interval)
+        return wait_for(probe, timeout, f"the emulator at {self.control_url}", interval, retry_on=())

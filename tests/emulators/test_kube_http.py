@@ -10,6 +10,7 @@ import pytest
 
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
+from tests.procutil import wait_for
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -57,15 +58,15 @@ def api(server: KubeApiServer) -> Iterator[Client]:
     client.conn.close()
 
 
-def _wait(server: KubeApiServer, probe: Any, ticks: int = 200) -> Any:
-    """Drive the simulated controllers deterministically until ``probe()`` holds."""
-    for _ in range(ticks):
+def _wait(server: KubeApiServer, probe: Any, timeout: float = 10.0) -> Any:
+    """Drive the simulated controllers one round per poll until ``probe()`` holds."""
+    def step() -> Any:
         value = probe()
-        if value:
-            return value
-        server.controllers.run_once()
-        server.stopping.wait(0.01)
-    raise AssertionError("condition never held")
+        if not value:
+            server.controllers.run_once()
+        return value
+
+    return wait_for(step, timeout, "the controllers to get there", interval=0.01, retry_on=())
 
 
 # ----- discovery -----

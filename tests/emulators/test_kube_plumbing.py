@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from tests.emulators._control import ControlError
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
 from tests.emulators.test_kube_http import Client
+from tests.procutil import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +105,7 @@ def test_watch_from_compacted_resource_version_is_410() -> None:
 
 
 def _connections_become(server: KubeApiServer, n: int) -> bool:
-    deadline = time.monotonic() + 10
-    while server.open_connections != n and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return server.open_connections == n
+    return wait_for(lambda: server.open_connections == n, 10, f"{n} open connections", interval=0.02, retry_on=())
 
 
 def test_idle_watch_ends_when_its_client_hangs_up(api: Client) -> None:
@@ -264,9 +261,7 @@ def test_down_ends_a_running_watch(api: Client) -> None:
 
 def test_down_for_seconds_comes_back_by_itself(api: Client) -> None:
     api.server.down("refuse", seconds=0.2)
-    deadline = time.monotonic() + 10
-    while api.server.call("ping")["down"] is not None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: api.server.call("ping")["down"] is None, 10, "the service to come back up", interval=0.02)
     assert Client(api.server).call("GET", "/api/v1/nodes")[0] == 200
 
 

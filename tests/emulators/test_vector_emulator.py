@@ -204,7 +204,10 @@ def test_wait_for_records_and_reset(vec: VectorEmulator) -> None:
 
 
 def test_request_log_shows_each_batch_outcome(vec: VectorEmulator) -> None:
-    """The request log has every batch's status and the injected fault."""
+    """The request log has every batch's status and the injected fault, as soon as each is answered.
+
+    Read at once on purpose: the emulator logs a request before its answer goes out (it used to
+    log after, and this read raced the second entry under load)."""
     vec.fail_next(1, status=500)
     post(vec, ndjson("a"))
     post(vec, ndjson("a"), **{"Content-Encoding": "gzip"})

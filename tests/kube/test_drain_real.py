@@ -8,7 +8,6 @@ server would not. Each test drains its own node, in its own namespace.
 """
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from executor.kube import KubeApi, KubeError, NotOwnNode
 from executor.node_patch import EXCLUDE_LB_LABEL
+from tests.emulators.kube_fixture import kubectl
 from tests.kube.harness import TAINT_KEY, Drain, make_spec
 from tests.rigs.kube_real_fixture import real_apiserver
 from tests.rigs.kube_real_objects import (
@@ -30,7 +30,6 @@ from tests.rigs.kube_real_objects import (
 from tests.rigs.kube_real_rig import RealApiServer
 
 REPO = Path(__file__).resolve().parents[2]
-KUBECTL = "/work/venv/bin/kubectl"
 NODES = ("node-a", "node-b", "node-c", "node-d", "node-e", "node-f")
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}   # set by the server itself
 
@@ -44,9 +43,8 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
             create_node(admin, node)
         ensure_namespace(admin, "kube-system")
         admin.close()
-        applied = subprocess.run([KUBECTL, "--kubeconfig", str(server.admin.kubeconfig), "--cache-dir",
-                                  str(base / "kcache"), "apply", "-f", str(REPO / "deploy/kubernetes/rbac.yaml")],
-                                 capture_output=True, text=True, timeout=120, check=False)
+        applied = kubectl(server.admin.kubeconfig, base / "kcache", "apply", "-f",
+                          str(REPO / "deploy/kubernetes/rbac.yaml"), timeout=120)
         assert applied.returncode == 0, applied.stderr
         yield server
 

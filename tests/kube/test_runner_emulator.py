@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 
@@ -126,7 +125,13 @@ def test_a_pod_checkpointing_waits_for_its_ack(kube, drains):
     kube.add_pod("free", NODE)
     d = start(kube, drains, Inputs(held=frozenset({uid})), checkpoint_s=30.0)
     wait_for(lambda: evicted(kube) == ["free"], 10, "the free pod evicted")
-    time.sleep(0.5)   # several listing rounds: the held pod must still not be touched
+
+    def listings() -> int:
+        return sum(1 for e in kube.log() if e["method"] == "GET" and e["path"].startswith("/api/v1/pods?"))
+
+    # Several listing rounds (counted, not slept for): the held pod must still not be touched.
+    rounds = listings()
+    wait_for(lambda: listings() >= rounds + 3, 10, "three more listing rounds")
     assert evicted(kube) == ["free"] and [r.name for r in d.reports if r.kind == "phase"][-1] == "checkpoint"
     d.runner.inputs = Inputs()    # its workload acked
     d.wait_state("done")

@@ -95,7 +95,7 @@ def test_every_module_has_its_pyc_for_the_units_optimisation_level(node_image):
     level = "0"   # the unit sets no PYTHONOPTIMIZE (README: Footprint); install.sh reads it from the unit
     with open(os.path.join(REPO, "deploy", "systemd", "sco-agent.service")) as f:
         assert "PYTHONOPTIMIZE" not in f.read()
-    site = glob.glob(node_image + PREFIX + "/lib/python3*/site-packages")[0]
+    site = glob.glob(os.path.join(node_image + PREFIX, "lib", "python3*", "site-packages"))[0]
     sources = glob.glob(site + "/**/*.py", recursive=True)
     assert len(sources) > 500
     optimization = "" if level == "0" else level

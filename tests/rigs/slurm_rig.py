@@ -1,7 +1,7 @@
 """A real one-node Slurm cluster for tests: munged, slurmctld and slurmd under one directory.
 
 Built from Debian's packages (tests/rigs/slurm/install.sh) with the settings measured in
-/work/shared/research/slurm.md. The daemons run in their usual daemon mode, without
+shared/research/slurm.md. The daemons run in their usual daemon mode, without
 systemd; the rig records their PIDs the moment they start (they delete their own pid
 files on exit) and signals only those processes, checked against /proc each time.
 
@@ -25,11 +25,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Self, TypeVar
 
 from common.fsutil import write_atomic
+from tests.procutil import wait_for
 from tests.rigs.slurm import conf, procs
 
 T = TypeVar("T")
@@ -256,15 +256,7 @@ class SlurmRig:
 
         ``what`` names the condition in the error; a callable is asked only then (last state).
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                desc = what() if callable(what) else what
-                raise TimeoutError(f"not within {timeout} s: {desc or predicate}")
-            time.sleep(interval)
+        return wait_for(predicate, timeout, what or repr(predicate), interval, retry_on=())
 
     def wait_node_state(self, *states: str, timeout: float = 15.0) -> str:
         return self.wait_for(lambda: (s := self.node_state()) in states and s, timeout,

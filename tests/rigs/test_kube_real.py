@@ -6,14 +6,15 @@ scope, the PDB-guarded eviction answers, graceful deletion, and a real `kubectl 
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.emulators.kube_fixture import kubectl as run_kubectl
+from tests.procutil import wait_for
 from tests.rigs.kube_real_fixture import real_apiserver
 from tests.rigs.kube_real_objects import (
     FakeControlPlane,
@@ -27,7 +28,6 @@ from tests.rigs.kube_real_objects import (
 )
 from tests.rigs.kube_real_rig import RealApiServer
 
-KUBECTL = "/work/venv/bin/kubectl"
 NODE_A, NODE_B = "node-a", "node-b"
 
 
@@ -57,18 +57,7 @@ def ns(admin: KubeClient) -> str:
 
 
 def kubectl(kubeconfig: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp / "kcache"),
-                           *args], capture_output=True, text=True, timeout=120, check=False)
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    return run_kubectl(kubeconfig, tmp / "kcache", *args, timeout=120)
 
 
 def evict(client: KubeClient, ns: str, pod: str) -> Any:
@@ -178,7 +167,7 @@ def test_kubectl_drain_completes_with_the_fake_kubelet(kube: RealApiServer, admi
 
     with FakeControlPlane(kube.client) as plane:
         wait_for(lambda: (admin.must("GET", f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/web")
-                          .get("status", {}).get("disruptionsAllowed") == 2), "the PDB status")
+                          .get("status", {}).get("disruptionsAllowed") == 2), 30, "the PDB status")
         done = kubectl(kube.admin.kubeconfig, "drain", "drain-1", "--ignore-daemonsets",
                        "--delete-emptydir-data", "--force", "--timeout=90s", tmp=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -1,6 +1,6 @@
 """The Slurm rig behaves like the real cluster the executor will meet (one rig per module).
 
-Each test states one behaviour the agent relies on (see /work/shared/research/slurm.md)
+Each test states one behaviour the agent relies on (see shared/research/slurm.md)
 and leaves the shared rig idle with no jobs (the autouse ``clean_rig`` fixture checks).
 """
 from __future__ import annotations

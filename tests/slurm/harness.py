@@ -11,6 +11,7 @@ from common.contract import SlurmPolicy
 from common.notice import Notice
 from executor.slurm import SlurmCli
 from executor.slurm_drain import Report, SlurmDrain
+from tests.procutil import wait_for
 from tests.rigs.slurm_rig import SlurmRig
 
 # Saves a checkpoint on USR1 and exits 0. bash runs a trap only after its foreground command
@@ -110,24 +111,21 @@ class Driver:
 
     def until(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         """Step every 0.1 s until ``predicate`` holds; TimeoutError naming ``what`` and the record."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def stepped() -> Any:
             self.step()
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"not within {timeout} s: {what}; record {self.rec}; events {self.out.types()}")
-            time.sleep(0.1)
+            return predicate()
+
+        return wait_for(stepped, timeout, lambda: f"{what}; record {self.rec}; events {self.out.types()}",
+                        interval=0.1, retry_on=())
 
     def withdraw(self, other_notices: bool = False, timeout: float = 10.0) -> None:
         """Call undo() as the executor loop does, until the record says withdrawn."""
-        deadline = time.monotonic() + timeout
-        while self.rec["state"] != "withdrawn":
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"not withdrawn within {timeout} s; events {self.out.types()}")
-            self.drain.undo(self.n.id, self.rec, time.time(), other_notices)
-            time.sleep(0.1)
+        def undone() -> bool:
+            if self.rec["state"] != "withdrawn":
+                self.drain.undo(self.n.id, self.rec, time.time(), other_notices)
+            return self.rec["state"] == "withdrawn"
+
+        wait_for(undone, timeout, lambda: f"withdrawn; events {self.out.types()}", interval=0.1, retry_on=())
 
     def done(self) -> bool:
         return self.rec["state"] == "done"

@@ -27,6 +27,7 @@ from common.log import Logger
 from spool.__main__ import RETRY_S, Spool
 from spool.reader import iter_records
 from spool.ring import SpoolIOError, SpoolRing
+from tests.ci import cannot_run
 from tests.procutil import wait_for
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config
 
@@ -39,7 +40,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(disk)],
                        check=True, capture_output=True, timeout=10)
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {e}")
+        cannot_run(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {e}")
     try:
         yield disk
     finally:

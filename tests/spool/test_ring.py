@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from spool.reader import iter_records, read_stats
 from spool.record import DATA_START, HDR, SLOT_SIZE
 from spool.ring import RecordTooLarge, SpoolIOError, SpoolRing
+from tests.ci import require
 from tests.fuzzing import fuzz
 
 SMALL = 64 * 1024
@@ -378,9 +379,9 @@ def test_write_error_mid_ring_leaves_ring_consistent_and_retry_works(path: Path)
 def tiny_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
     mnt = tmp_path / "tmpfs"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                             capture_output=True, text=True, check=False)
+    require(mounted.returncode == 0, f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
     try:
         yield mnt
     finally:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,7 @@ import zmq
 from common import ipc
 from supervisord_plugins.listener import OK, ProtocolError, handle
 from tests.agent_rig import REPO, write_config
-from tests.procutil import stop_pid, wait_for
+from tests.procutil import stop_pid, venv_tool, wait_for
 
 
 def frame(eventname: str, payload: str) -> str:
@@ -128,7 +127,7 @@ def test_under_a_real_supervisord_a_crash_reaches_the_spool(tmp_path):
         autorestart=false
         startsecs=1
     """))
-    supervisord = os.path.join(os.path.dirname(sys.executable), "supervisord")
+    supervisord = venv_tool("supervisord")
     proc = subprocess.Popen([supervisord, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         ev = wait_for(lambda: [e for e in spool.events if e["type"] == "agent.process_exited"], 20,

@@ -7,7 +7,7 @@ import time
 import pytest
 import ujson
 
-from tests.procutil import wait_for
+from tests.procutil import at_least, wait_for
 from tests.verifier.promtext import parse, value
 from tests.verifier.rig import Peers, VerifierProcess, notice_dict
 
@@ -71,8 +71,9 @@ def test_never_empty_is_overrun_with_escalation_published(rig):
     assert (ev["data"]["held_up_by"], ev["data"]["left"]) == ("checkpoint", ["ns/stuck"])
     assert wait_for(lambda: peers.escalate.get("n2", {}).get("level") == "final", 5, "final escalation")
     # Eviction's end is clamped to the cutoff, so its level is passed on the way to "final".
-    levels = sorted(e["data"]["escalation"] for e in peers.of_type("drain.escalated", "n2"))
-    assert levels == ["checkpoint_over", "final"]
+    # The levels come on the verifier's PUB, the events on its spool link: wait for both events.
+    escalated = wait_for(at_least(2, lambda: peers.of_type("drain.escalated", "n2")), 10, "two drain.escalated events")
+    assert sorted(e["data"]["escalation"] for e in escalated) == ["checkpoint_over", "final"]
 
 
 def test_sigkill_before_and_after_the_cutoff_gives_exactly_one_verdict(rig):

@@ -22,7 +22,7 @@ import zmq
 
 from common import ipc
 from tests.agent_rig import REPO, write_config
-from tests.procutil import wait_for
+from tests.procutil import at_least, wait_for
 
 
 class FakeSpool:
@@ -63,6 +63,15 @@ class FakeSpool:
                 seen.add(ev["event_id"])
                 out.append(ev)
         return out
+
+    def wait_of_type(self, type_: str, n: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """``of_type(type_)`` once it has ``n`` events or more (then the caller asserts the exact list).
+
+        The watcher sends events on its spool link and notice state on its PUB socket: two sockets,
+        two receiving threads here, so what the state shows may be ahead of the events received.
+        """
+        return wait_for(at_least(n, lambda: self.of_type(type_)), timeout,
+                        lambda: f"{n} {type_} event(s), have {len(self.of_type(type_))}")
 
     def stop(self) -> None:
         self._stop.set()

@@ -52,8 +52,8 @@ def test_same_reclaim_on_relay_and_metadata_is_one_notice(nats, emu, rig_factory
     arrivals = rig.sub.latest["arrivals"]["n-1"]
     assert set(arrivals) == {"relay", "metadata"}
     assert arrivals["relay"] == notice["received_at"] <= arrivals["metadata"]
-    assert len(rig.spool.of_type("notice.received")) == 1
-    (dup,) = rig.spool.of_type("notice.duplicate")
+    assert len(rig.spool.wait_of_type("notice.received")) == 1
+    (dup,) = rig.spool.wait_of_type("notice.duplicate")
     assert dup["notice_id"] == "n-1" and dup["data"]["channel"] == "metadata"
 
 
@@ -79,7 +79,7 @@ def test_relay_down_at_start_then_restarted_while_the_poll_still_hears(tmp_path,
             nats.publish(NODE_SUBJECT, payload("n-3", deadline=time.time() + 600))
             return any(n["id"] == "n-3" for n in rig.sub.active())
         wait_for(heard, 10, "a relay notice after the restart", interval=0.2)
-        assert len(rig.spool.of_type("notice.received")) == 3
+        assert len(rig.spool.wait_of_type("notice.received", 3)) == 3
     finally:
         nats.stop()
 
@@ -90,8 +90,9 @@ def test_metadata_down_while_the_relay_works(nats, emu, rig_factory):
     rig.wait_counter("relay.connected")
     nats.publish(HALL_SUBJECT, payload(node="*"))
     rig.wait_notice(lambda n: n["id"] == "n-1")
-    assert sum(v for k, v in rig.sub.counters().items() if k.startswith("metadata.error.")) >= 1
-    assert rig.spool.of_type("metadata.error")
+    wait_for(lambda: sum(v for k, v in rig.sub.counters().items() if k.startswith("metadata.error.")) >= 1, 10,
+             "a metadata error counted")
+    assert rig.spool.wait_of_type("metadata.error")
 
 
 def test_both_down_the_watcher_stays_up_and_counts(tmp_path, rig_factory):
@@ -115,7 +116,7 @@ def test_cancel_withdraws_the_notice(nats, rig_factory):
     wait_for(lambda: rig.sub.active() == [] and "n-1" in rig.sub.latest["withdrawn"], 10, "withdrawn")
     nats.publish(NODE_SUBJECT, payload("n-1"))     # a late repeat does not revive it
     rig.wait_counter("ignored.reason.withdrawn")
-    assert rig.sub.active() == [] and len(rig.spool.of_type("notice.withdrawn")) == 1
+    assert rig.sub.active() == [] and len(rig.spool.wait_of_type("notice.withdrawn")) == 1
 
 
 def test_other_nodes_and_garbage_are_counted_not_acted_on(nats, rig_factory):
@@ -129,8 +130,8 @@ def test_other_nodes_and_garbage_are_counted_not_acted_on(nats, rig_factory):
     rig.wait_counter("rejected.bad_json")
     rig.wait_counter("rejected.bad_time")
     assert rig.sub.active() == []
-    assert len(rig.spool.of_type("notice.ignored")) == 1      # reported once, counted twice
-    assert {e["data"]["reason"] for e in rig.spool.of_type("notice.rejected")} == {"bad_json", "bad_time"}
+    assert len(rig.spool.wait_of_type("notice.ignored")) == 1      # reported once, counted twice
+    assert {e["data"]["reason"] for e in rig.spool.wait_of_type("notice.rejected", 2)} == {"bad_json", "bad_time"}
 
 
 def test_clock_off_never_loses_a_notice(nats, rig_factory):
@@ -141,7 +142,8 @@ def test_clock_off_never_loses_a_notice(nats, rig_factory):
     nats.publish(NODE_SUBJECT, payload("future", issued_at=time.time() + 3600, deadline=time.time() + 3720))
     rig.wait_notice(lambda n: n["id"] == "late")
     rig.wait_notice(lambda n: n["id"] == "future")
-    late = next(e for e in rig.spool.of_type("notice.received") if e["notice_id"] == "late")
+    late = wait_for(lambda: next((e for e in rig.spool.of_type("notice.received") if e["notice_id"] == "late"), None),
+                    10, "notice.received of 'late'")
     assert late["data"]["late"] is True
 
 
@@ -155,7 +157,7 @@ def test_active_notice_survives_a_killed_watcher(nats, rig_factory):
     rig.start_watcher()
     after = rig.wait_notice(lambda n: n["id"] == "n-1")
     assert after["received_at"] == before["received_at"]
-    assert len(rig.spool.of_type("notice.received")) == 1
+    assert len(rig.spool.wait_of_type("notice.received")) == 1
 
 
 def test_gcp_long_poll_is_heard_before_the_poll_interval(emu, rig_factory):

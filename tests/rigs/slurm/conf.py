@@ -2,7 +2,7 @@
 
 Everything the rig writes lives under one base directory, so two rigs never share a
 file and nothing touches /etc/slurm, /etc/munge or /run/munge. The settings come from
-/work/shared/research/slurm.md (what was measured to work on these machines); each one
+shared/research/slurm.md (what was measured to work on these machines); each one
 carries its reason, which is written as a comment above it in the generated file.
 """
 from __future__ import annotations
