@@ -15,8 +15,9 @@ import ujson
 
 from common.notice import Notice, notice_from_dict
 from common.timefmt import format_rfc3339
+from common.wire import BUDGET_KEYS, BUILTIN_BUDGET, LEVELS, BadRecord, Budget, DrainRecord, decode_records
 from verifier.core import as_number
-from verifier.judge import ESCALATION_LEVELS, Clock, escalation, start_clock
+from verifier.judge import Clock, clock_for, escalation
 from verifier.timeline import timeline
 
 SHOW_REMAINING = 10
@@ -52,7 +53,15 @@ def contract_view(doc: Any) -> dict[str, Any] | None:
         return None
     drain = doc.get("drain") if isinstance(doc.get("drain"), dict) else {}
     return {"serial": doc.get("serial"), "hall": doc.get("hall"), "source": doc.get("source"),
-            **{k: drain.get(k) for k in ("budget_s", "checkpoint_s", "evict_s", "margin_s")}}
+            **{k: drain.get(k) for k in BUDGET_KEYS}}
+
+
+def _budget(cview: dict[str, Any] | None) -> Budget:
+    """The shown contract's budget, to time a notice no drain record times yet (else the built-in one's)."""
+    try:
+        return Budget.from_dict(cview)
+    except BadRecord:
+        return BUILTIN_BUDGET
 
 
 def _notices(doc: Any) -> list[Notice]:
@@ -65,34 +74,35 @@ def _notices(doc: Any) -> list[Notice]:
     return out
 
 
-def _clock(n: Notice, verifier: dict[str, Any], contract: dict[str, Any] | None) -> Clock:
+def _clock(n: Notice, verifier: dict[str, Any], rec: DrainRecord | None, budget: Budget) -> Clock:
+    """The verifier's clock of ``n``; else what it would start: the drain record's budget, or the contract's."""
     saved = (verifier.get("clocks") or {}).get(n.id)
     if isinstance(saved, dict):
         try:
             return Clock.from_dict(saved)
         except (KeyError, TypeError, ValueError):
             pass
-    return start_clock(n, contract)
+    return clock_for(n, rec, budget)
 
 
 def summarize(*, node: str, hall: str, processes: list[str], notices: Any, contract: Any,
               drains: Any, verifier: Any, spool: dict[str, Any] | None, now: float) -> dict[str, Any]:
     verifier = verifier if isinstance(verifier, dict) else {}
-    drains = drains if isinstance(drains, dict) else {}
+    records = decode_records(drains)[0] if isinstance(drains, dict) else {}
     cview = contract_view(contract)
     active = []
     for n in _notices(notices):
-        clock = _clock(n, verifier, cview)
-        rec = drains.get(n.id) if isinstance(drains.get(n.id), dict) else {}
-        remaining = rec.get("remaining")
+        rec = records.get(n.id)
+        clock = _clock(n, verifier, rec, _budget(cview))
+        remaining = rec.remaining if rec is not None else None
         level = escalation(clock, now)
         verdict = (verifier.get("verdicts") or {}).get(n.id)
         active.append({
             "id": n.id, "kind": n.kind, "channel": n.channel, "deadline": format_rfc3339(n.deadline),
             "seconds_left": round(n.deadline - now, 1), "cutoff_in_s": round(clock.cutoff - now, 1),
-            "escalation": level[0] if level else None, "drain_state": rec.get("state"),
-            "remaining_count": len(remaining) if isinstance(remaining, list) else None,
-            "remaining": remaining[:SHOW_REMAINING] if isinstance(remaining, list) else None,
+            "escalation": level.level if level else None, "drain_state": rec.state if rec is not None else None,
+            "remaining_count": len(remaining) if remaining is not None else None,
+            "remaining": remaining[:SHOW_REMAINING] if remaining is not None else None,
             "verdict": verdict.get("outcome") if isinstance(verdict, dict) else None,
             "timeline_ms": timeline(n, rec),
         })
@@ -143,7 +153,7 @@ def render_text(s: dict[str, Any]) -> str:
                      f"({a['seconds_left']} s left, cutoff in {a['cutoff_in_s']} s)")
         state = f"  drain: {a['drain_state'] or 'not started'}"
         if a["escalation"]:
-            state += f", escalation {a['escalation']} ({ESCALATION_LEVELS.index(a['escalation']) + 1}/3)"
+            state += f", escalation {a['escalation']} ({LEVELS.index(a['escalation']) + 1}/3)"
         if a["verdict"]:
             state += f", verdict {a['verdict']}"
         if a["remaining_count"] is not None:

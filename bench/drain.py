@@ -31,9 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from executor.drain_plan import deadlines
-from executor.kube import KubeApi
-from executor.kube_runner import DrainRunner, DrainSpec, Report
+from common.wire import Budget, phase_ends
+from executor.kube.api import KubeApi
+from executor.kube.runner import DrainRunner, DrainSpec
+from executor.scheduler import NewState, Report
 from tests.emulators.kube_fixture import kubectl as run_kubectl
 from tests.procutil import wait_for
 from tests.rigs.kube_real_fixture import cached_binary
@@ -163,17 +164,18 @@ def kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 def agent_drain(cluster: Cluster, node: str) -> float:
     now = time.time()
     spec = DrainSpec(notice_id=f"bench-{node}", kind="reclaim", deadline=now + 600, deadline_text="2030-01-01T00:00:00Z",
-                     received_at=now, deadlines=deadlines(now, now + 600, 0, 590, 5), taint_key="sco.io/notice",
-                     policy="drain", pdb_blocked="report", exclude_from_lb=False, down_after_s=10.0)
+                     received_at=now, ends=phase_ends(now, now + 600, Budget(595, 0, 590, 5)),
+                     taint_key="sco.io/notice", cordon_only=False, pdb_blocked="report", exclude_from_lb=False,
+                     down_after_s=10.0)
     reports: list[Report] = []
     t0 = time.perf_counter()
     runner = DrainRunner(spec, cluster.agent_api(node), reports.append).start()
-    wait_for(lambda: any(r.kind == "state" for r in list(reports)), TIMEOUT_S, f"agent drain of {node}")
+    wait_for(lambda: any(isinstance(r, NewState) for r in list(reports)), TIMEOUT_S, f"agent drain of {node}")
     took = time.perf_counter() - t0
     runner.stop()
-    states = [r.name for r in reports if r.kind == "state"]
+    states = [r.state for r in reports if isinstance(r, NewState)]
     if states != ["done"]:
-        raise RuntimeError(f"agent drain ended {states}: {[(r.kind, r.name, r.data) for r in reports][-5:]}")
+        raise RuntimeError(f"agent drain ended {states}: {reports[-5:]}")
     return took
 
 

@@ -19,19 +19,18 @@ import zmq
 # Endpoint names (file names under the runtime directory).
 WATCHER_PUB = "watcher.pub"      # watcher -> executor, verifier: notice state, contract
 EXECUTOR_PUB = "executor.pub"    # executor -> verifier: drain progress, checkpoint acks
-VERIFIER_PUB = "verifier.pub"    # verifier -> executor: escalation; verdicts
+VERIFIER_PUB = "verifier.pub"    # verifier -> executor: escalation
 SPOOL_INTAKE = "spool.intake"    # every process -> spool: events (DEALER -> ROUTER, acked)
 
-# Topics.
-T_NOTICE = b"notice"       # {"active": [notice...], "withdrawn": [id...], "gen", "arrivals", "counters", "started_at"}
-T_CONTRACT = b"contract"   # the current contract (common.contract.Contract.to_dict())
-T_PROGRESS = b"progress"   # {"notices": {id: {"steps": {step: epoch}, ...}}}
+# Topics; what each message holds, and its codec, is in common.wire.
+T_NOTICE = b"notice"       # NoticeState: {"active": [notice...], "withdrawn": [id...], "gen", "arrivals", ...}
+T_CONTRACT = b"contract"   # {"source", "contract": the current contract (common.contract.Contract.to_dict())}
+T_PROGRESS = b"progress"   # {"notices": {id: DrainRecord}}
 T_ESCALATE = b"escalate"   # {"notices": {id: {"level": checkpoint_over|evict_over|final, "since": epoch}}}
-T_VERDICT = b"verdict"     # {"verdicts": {id: {"outcome", "at", "held_up_by", "left_count"}}}
 T_EVENT = b"event"         # spool intake: one event object
 T_ACK = b"ack"             # spool reply: {"ids": [event_id...]}
 
-TOPICS = frozenset({T_NOTICE, T_CONTRACT, T_PROGRESS, T_ESCALATE, T_VERDICT, T_EVENT, T_ACK})
+TOPICS = frozenset({T_NOTICE, T_CONTRACT, T_PROGRESS, T_ESCALATE, T_EVENT, T_ACK})
 MAX_MESSAGE = 256 * 1024
 
 # Peers that are down must not cost CPU: zmq reconnects every 100 ms by default

@@ -52,6 +52,10 @@ class Notice:
     def with_arrival(self, channel: str, received_at: float) -> Notice:
         return replace(self, channel=channel, received_at=received_at)
 
+    def is_for(self, node: str) -> bool:
+        """Is this notice for ``node``: named, or sent to every node of the hall ("*")?"""
+        return self.node in (node, "*")
+
 
 def notice_time(epoch: float, what: str = "time") -> float:
     """``epoch`` if a notice may carry it (a day inside years 0001..9999 UTC), else ValueError."""

@@ -31,7 +31,8 @@ import stat
 import struct
 import time
 
-from executor.socket_protocol import Ack, AgentProtocol, ClientInfo, Close, Peer, Send
+from executor.socket_protocol import AgentProtocol
+from executor.socket_wire import Ack, ClientInfo, Close, Peer, Send
 
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT

@@ -13,93 +13,34 @@ differs is not an error (a pod sees its own pid namespace, so its claim
 rarely matches the host's view); it is echoed back as ``claimed_pid`` and
 counted. An ack can only ever acknowledge the notice that this connection
 was sent, so no client can speak for another.
+
+The line format, limits and error codes are ``executor.socket_wire``'s.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any
 
-from common.timefmt import parse_rfc3339
-
-PROTOCOL_VERSION = 1
-MAX_LINE = 64 * 1024  # bytes per line, newline excluded
-MAX_NAME = 256
-MAX_DETAIL = 1024
-MAX_NOTICE_ID = 256
-MAX_ERRORS = 16  # error replies on one connection before it is closed
-ACK_STATUSES = ("checkpointed", "failed")
-
-# The fixed error-code table: code -> does the agent close the connection after it?
-ERROR_CODES: dict[str, bool] = {
-    "bad_json": False,  # line is not UTF-8 JSON
-    "bad_message": False,  # JSON, but not an object of the expected shape
-    "unknown_op": False,
-    "not_registered": False,  # ack before register
-    "already_registered": False,
-    "unknown_notice": False,  # ack for a notice this connection was not sent, or no longer active
-    "line_too_long": True,
-    "too_many_errors": True,
-    "too_many_clients": True,
-    "register_timeout": True,  # connected but did not register in time
-    "line_timeout": True,  # a line started but did not end in time (slowloris)
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """SO_PEERCRED of a connection; pid 0 means the kernel could not map it to our pid namespace."""
-
-    pid: int
-    uid: int
-    gid: int
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Queue ``data`` (whole lines) on connection ``conn``."""
-
-    conn: int
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Flush what can be flushed, then close ``conn``; the core has already forgotten it."""
-
-    conn: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """A client's answer to the active notice, attributed by peer credentials."""
-
-    client: int
-    name: str
-    pid: int
-    uid: int
-    gid: int
-    notice_id: str
-    status: str
-    latency_s: float  # from the notice being queued to this client until its ack arrived
-    detail: str
-    replay: bool  # the client acked this notice before, to an earlier agent instance
-
-
-@dataclass(frozen=True, slots=True)
-class ClientInfo:
-    """A registered client as the executor sees it: who, and where it stands on the active notice."""
-
-    client: int
-    name: str
-    pid: int
-    uid: int
-    gid: int
-    notice_id: str | None  # the active notice, once sent to this client
-    acked: str | None  # its recorded answer to notice_id, None while it has not answered
-
-
-Action = Send | Close | Ack
+from executor.socket_wire import (
+    ACK_STATUSES,
+    MAX_DETAIL,
+    MAX_ERRORS,
+    MAX_LINE,
+    MAX_NAME,
+    PROTOCOL_VERSION,
+    Ack,
+    Action,
+    ClientInfo,
+    Close,
+    Peer,
+    Reject,
+    Send,
+    decode_line,
+    encode,
+    error_line,
+    is_text,
+    validate_notice,
+)
 
 
 @dataclass(slots=True)
@@ -116,65 +57,6 @@ class _Conn:
     acked: str | None = None  # status of this connection's ack of sent_id
 
 
-class _Reject(Exception):
-    """An error reply for the current line (internal control flow of the handlers)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def encode(msg: dict) -> bytes:
-    """One wire line: compact, ASCII-only JSON plus a newline."""
-    return json.dumps(msg, separators=(",", ":")).encode("ascii") + b"\n"
-
-
-def error_line(code: str, message: str) -> bytes:
-    """An error reply; ``code`` must be one of ERROR_CODES."""
-    if code not in ERROR_CODES:
-        raise KeyError(code)
-    return encode({"op": "error", "code": code, "message": message})
-
-
-def decode_line(line: bytes) -> dict:
-    """Parse one line into a message object; ``_Reject`` when it is not one."""
-    try:
-        # Decode explicitly: json.loads(bytes) would also guess UTF-16/32, which the contract excludes.
-        msg = json.loads(line.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; deep nesting recurses
-        raise _Reject("bad_json", "line is not valid UTF-8 JSON") from None
-    if not isinstance(msg, dict):
-        raise _Reject("bad_message", "a message must be a JSON object")
-    if not isinstance(msg.get("op"), str):
-        raise _Reject("bad_message", "a message needs a string 'op'")
-    return msg
-
-
-def _is_text(value: object, limit: int) -> bool:
-    """A string short enough that also survives UTF-8 encoding (JSON allows lone surrogates)."""
-    if not isinstance(value, str) or len(value) > limit:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def validate_notice(notice: dict) -> dict:
-    """The four notice fields clients see; ValueError if the executor passed something malformed."""
-    nid, kind = notice.get("id"), notice.get("kind")
-    if not isinstance(nid, str) or not 1 <= len(nid) <= MAX_NOTICE_ID:
-        raise ValueError(f"notice id must be a string of 1..{MAX_NOTICE_ID} characters")
-    if not isinstance(kind, str) or not kind:
-        raise ValueError("notice kind must be a non-empty string")
-    for key in ("deadline", "checkpoint_by"):
-        parse_rfc3339(notice.get(key))  # raises ValueError with the reason
-    return {"id": nid, "kind": kind, "deadline": notice["deadline"],
-            "checkpoint_by": notice["checkpoint_by"]}
-
-
 class AgentProtocol:
     """All connection state of the agent socket; every method returns the actions to carry out."""
 
@@ -188,7 +70,7 @@ class AgentProtocol:
         self._conns: dict[int, _Conn] = {}
         self._timed: set[int] = set()  # connections with a running timer (unregistered or mid-line)
         self._next_client = 0
-        self._notice: dict | None = None
+        self._notice: dict[str, Any] | None = None
         self._notice_line = b""
         self._counts: dict[str, int] = {}
         self._handlers = {"register": self._on_register, "ack": self._on_ack, "ping": self._on_ping}
@@ -263,10 +145,10 @@ class AgentProtocol:
     # -- notices --------------------------------------------------------------
 
     @property
-    def active_notice(self) -> dict | None:
+    def active_notice(self) -> dict[str, Any] | None:
         return dict(self._notice) if self._notice else None
 
-    def announce(self, notice: dict, now: float) -> list[Action]:
+    def announce(self, notice: dict[str, Any], now: float) -> list[Action]:
         """Make ``notice`` the active one and send it to every registered client.
 
         Re-announcing the same notice unchanged is a no-op (the watcher is level-triggered);
@@ -318,23 +200,23 @@ class AgentProtocol:
             msg = decode_line(line)
             handler = self._handlers.get(msg["op"])
             if handler is None:
-                raise _Reject("unknown_op", f"unknown op {msg['op'][:64]!r}")
+                raise Reject("unknown_op", f"unknown op {msg['op'][:64]!r}")
             return handler(conn, c, msg, now)
-        except _Reject as r:
+        except Reject as r:
             c.errors += 1
             if c.errors > MAX_ERRORS:
                 return self._fail(conn, "too_many_errors", f"more than {MAX_ERRORS} errors on one connection")
             self._count(f"error.{r.code}")
             return [Send(conn, error_line(r.code, r.message))]
 
-    def _on_register(self, conn: int, c: _Conn, msg: dict, now: float) -> list[Action]:
+    def _on_register(self, conn: int, c: _Conn, msg: dict[str, Any], now: float) -> list[Action]:
         name, pid = msg.get("name"), msg.get("pid")
-        if not _is_text(name, MAX_NAME) or not name:
-            raise _Reject("bad_message", f"'name' must be a string of 1..{MAX_NAME} characters")
+        if not is_text(name, MAX_NAME) or not name:
+            raise Reject("bad_message", f"'name' must be a string of 1..{MAX_NAME} characters")
         if type(pid) is not int or pid <= 0:
-            raise _Reject("bad_message", "'pid' must be a positive integer")
+            raise Reject("bad_message", "'pid' must be a positive integer")
         if c.client is not None:
-            raise _Reject("already_registered", f"this connection is already client {c.client}")
+            raise Reject("already_registered", f"this connection is already client {c.client}")
         self._next_client += 1
         c.client, c.name = self._next_client, name
         self._retime(conn, c)
@@ -349,18 +231,18 @@ class AgentProtocol:
             actions.append(self._send_notice(conn, c, now, keep_ack=False))
         return actions
 
-    def _on_ack(self, conn: int, c: _Conn, msg: dict, now: float) -> list[Action]:
+    def _on_ack(self, conn: int, c: _Conn, msg: dict[str, Any], now: float) -> list[Action]:
         nid, status = msg.get("id"), msg.get("status")
         detail, replay = msg.get("detail", ""), msg.get("replay", False)
         if not isinstance(nid, str) or status not in ACK_STATUSES:
-            raise _Reject("bad_message", "an ack needs a string 'id' and 'status' checkpointed|failed")
-        if not _is_text(detail, MAX_DETAIL) or not isinstance(replay, bool):
-            raise _Reject("bad_message", f"'detail' must be a string of at most {MAX_DETAIL} characters, "
+            raise Reject("bad_message", "an ack needs a string 'id' and 'status' checkpointed|failed")
+        if not is_text(detail, MAX_DETAIL) or not isinstance(replay, bool):
+            raise Reject("bad_message", f"'detail' must be a string of at most {MAX_DETAIL} characters, "
                                          "'replay' a boolean")
         if c.client is None:
-            raise _Reject("not_registered", "register before acknowledging")
+            raise Reject("not_registered", "register before acknowledging")
         if c.sent_id is None or c.sent_id != nid:
-            raise _Reject("unknown_notice", f"notice {nid[:64]!r} is not active for this client")
+            raise Reject("unknown_notice", f"notice {nid[:64]!r} is not active for this client")
         reply = {"op": "acked", "id": nid, "status": c.acked or status}
         if c.acked is not None:
             return [Send(conn, encode(reply))]  # first ack wins; a repeat is answered, not recorded
@@ -371,7 +253,7 @@ class AgentProtocol:
                   replay=replay)
         return [ack, Send(conn, encode(reply))]
 
-    def _on_ping(self, conn: int, c: _Conn, msg: dict, now: float) -> list[Action]:
+    def _on_ping(self, conn: int, c: _Conn, msg: dict[str, Any], now: float) -> list[Action]:
         return [Send(conn, encode({"op": "pong"}))]
 
     # -- helpers --------------------------------------------------------------
@@ -379,6 +261,7 @@ class AgentProtocol:
     def _send_notice(self, conn: int, c: _Conn, now: float, keep_ack: bool) -> Send:
         if not keep_ack:
             c.acked, c.sent_at = None, now
+        assert self._notice is not None   # only called while a notice is active
         c.sent_id = self._notice["id"]
         self._count("notices_sent")
         return Send(conn, self._notice_line)

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from common import ipc
+from common import ipc, wire
 from common.config import Config
-from common.contract import Contract
 from common.events import Origin, make_event
 from common.log import Logger
 from common.runtime import Rejections, StopFlag, start
@@ -235,7 +234,7 @@ class Spool:
                 continue   # the watcher re-announces every second; validate only what changed
             try:
                 _, body = ipc.decode(frames)
-                contract = Contract.from_payload(body.get("contract"), str(body.get("source", "bundle")))
+                contract = wire.decode_contract(body)
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.rejections.add(ipc.WATCHER_PUB, e)
                 continue

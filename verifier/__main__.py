@@ -19,11 +19,12 @@ from typing import Any
 import ujson
 import zmq
 
-from common import ipc
+from common import ipc, wire
 from common.config import Config
+from common.contract import BUILTIN, Contract
 from common.fsutil import write_atomic
 from common.log import Logger
-from common.notice import CHANNELS, Notice, notice_from_dict
+from common.notice import Notice
 from common.runtime import Rejections, SpoolLink, StopFlag, start
 from verifier import core, metrics
 
@@ -58,9 +59,11 @@ class Verifier:
         self.active: dict[str, Notice] = {}
         self.withdrawn: frozenset[str] = frozenset()
         self.arrivals: dict[str, dict[str, float]] = {}
-        self.progress: dict[str, Any] = {}
+        self.progress: dict[str, wire.DrainRecord] = {}
         self.progress_at = 0.0
-        self.contract: dict[str, Any] = {}
+        # The built-in contract until the watcher's is heard: it is what the executor drains on
+        # then too, and it only times a notice until the executor's drain record says its budget.
+        self.contract: Contract = BUILTIN
         self.move_step = "requeue" if config.node.scheduler == "slurm" else "evict"
         self.rejections = Rejections(log, emit=self.spool.emit)
         self.metrics_path = config.metrics.textfile
@@ -121,15 +124,13 @@ class Verifier:
                     self._on_notices(body)
                 elif topic == ipc.T_CONTRACT:
                     # {"source", "contract": {...}} as the watcher publishes it (watcher.contract_keeper).
-                    contract = body.get("contract")
-                    if not isinstance(contract, dict):
-                        raise ipc.BadMessage("contract message without a contract object")
-                    self.contract = contract
+                    self.contract = wire.decode_contract(body)
                 elif topic == ipc.T_PROGRESS:
-                    notices = body.get("notices")
-                    if not isinstance(notices, dict):
-                        raise ipc.BadMessage("progress without a notices object")
-                    self.progress = core.clean_progress(notices)
+                    self.progress, refused = wire.decode_progress(body)
+                    if refused:   # counted once per message; the good records next to them still count
+                        nid, why = next(iter(refused.items()))
+                        self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
+                            f"{len(refused)} drain record(s) refused, e.g. {nid[:64]!r}: {why}"))
                     self.progress_at = time.time()
                 self.heard.add(topic)
             except (ipc.BadMessage, ValueError, TypeError) as e:
@@ -140,27 +141,13 @@ class Verifier:
         return self.rejections.total
 
     def _on_notices(self, body: dict[str, Any]) -> None:
-        active = {}
-        raw = body.get("active") or []
-        if not isinstance(raw, list):
-            raise ipc.BadMessage("active is not a list")
-        for d in raw:
-            try:
-                n = notice_from_dict(d)
-            except ValueError as e:
-                self.rejections.add(ipc.WATCHER_PUB, e)
-                continue
-            if n.node in (self.config.node.name, "*"):
-                active[n.id] = n
-        withdrawn = body.get("withdrawn") or []
-        if not isinstance(withdrawn, (list, dict)):
-            raise ipc.BadMessage("withdrawn is not a list")
-        if len(active) != len(self.active):
+        state = wire.decode_notice_state(body, self.config.node.name)
+        for e in state.refused:   # one bad record is refused alone
+            self.rejections.add(ipc.WATCHER_PUB, e)
+        if len(state.active) != len(self.active):
             self.metrics_dirty = True
-        self.active = active
-        self.withdrawn = frozenset(str(i) for i in withdrawn)
-        self.arrivals = _arrivals(body.get("arrivals"))
-        if core.count_rejections(self.state, body.get("started_at"), body.get("counters")):
+        self.active, self.withdrawn, self.arrivals = state.active, state.withdrawn, state.arrivals
+        if core.count_rejections(self.state, state.started_at, state.counters):
             self._save()
             self.metrics_dirty = True
 
@@ -180,7 +167,7 @@ class Verifier:
 
     def view(self) -> core.View:
         return core.View(active=self.active, withdrawn=self.withdrawn, progress=self.progress,
-                         progress_at=self.progress_at, drain=self.contract.get("drain"),
+                         progress_at=self.progress_at, budget=wire.Budget.of(self.contract.drain),
                          move_step=self.move_step, arrivals=self.arrivals)
 
     def check(self, now: float) -> None:
@@ -204,8 +191,7 @@ class Verifier:
             self.publish()
 
     def publish(self) -> None:
-        ipc.send(self.pub, ipc.T_VERDICT, {"verdicts": core.published_verdicts(self.state, self.active)})
-        ipc.send(self.pub, ipc.T_ESCALATE, {"notices": core.escalations(self.state, self.active)})
+        ipc.send(self.pub, ipc.T_ESCALATE, wire.encode_escalations(core.escalations(self.state, self.active)))
 
     def write_metrics(self) -> None:
         if not self.metrics_path or not self.metrics_dirty:
@@ -220,18 +206,6 @@ class Verifier:
             if not self.metrics_failed:
                 self.log.error("metrics.write_failed", path=self.metrics_path, error=str(e)[:300])
             self.metrics_failed = True
-
-
-def _arrivals(raw: Any) -> dict[str, dict[str, float]]:
-    """The watcher's per-channel arrival times, keeping only well-formed entries."""
-    out: dict[str, dict[str, float]] = {}
-    if not isinstance(raw, dict):
-        return out
-    for nid, channels in raw.items():
-        if isinstance(channels, dict):
-            out[str(nid)] = {c: float(t) for c, t in channels.items()
-                             if c in CHANNELS and isinstance(t, (int, float)) and not isinstance(t, bool)}
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,9 @@ from typing import Any
 
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
+from common.wire import BUILTIN_BUDGET, DONE, LEVELS, Budget, DrainRecord, Escalation
 from verifier import metrics
-from verifier.judge import ESCALATION_LEVELS, Clock, escalation, judge, start_clock
+from verifier.judge import Clock, clock_for, escalation, judge
 from verifier.timeline import timeline
 
 STATE_VERSION = 1
@@ -33,9 +34,9 @@ class View:
 
     active: dict[str, Notice]
     withdrawn: frozenset[str] = frozenset()
-    progress: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, DrainRecord] = field(default_factory=dict)   # the executor's drain records
     progress_at: float = 0.0                 # when the last progress report arrived (our clock)
-    drain: dict[str, Any] | None = None      # the contract's drain section
+    budget: Budget = BUILTIN_BUDGET          # the contract's, for a notice whose drain record is not in yet
     move_step: str = "evict"                 # "requeue" on Slurm
     arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> channel -> epoch
 
@@ -63,28 +64,6 @@ def as_epoch(x: Any) -> float:
     return t if 0 < t < 1e11 else 0.0
 
 
-def clean_progress(raw: Any) -> dict[str, dict[str, Any]]:
-    """The executor's progress, keeping only well-formed fields (the judge must never trip on input)."""
-    out: dict[str, dict[str, Any]] = {}
-    if not isinstance(raw, dict):
-        return out
-    for nid, rec in raw.items():
-        if not isinstance(rec, dict):
-            continue
-        steps = rec.get("steps") if isinstance(rec.get("steps"), dict) else {}
-        remaining = rec.get("remaining")
-        acks = rec.get("acks") if isinstance(rec.get("acks"), dict) else {}
-        out[str(nid)] = {
-            "state": str(rec.get("state", "")),
-            "phase": str(rec.get("phase", "")),
-            "steps": {str(k): as_epoch(v) for k, v in steps.items() if as_epoch(v)},
-            "remaining": [str(x) for x in remaining] if isinstance(remaining, list) else None,
-            "acks": {str(k): {"status": str(a.get("status", "")), "at": as_epoch(a.get("at"))}
-                     for k, a in acks.items() if isinstance(a, dict)},
-        }
-    return out
-
-
 def new_state() -> dict[str, Any]:
     # generation: bumped by every save, so the newer of two copies of the state wins (verifier/__main__.py).
     return {"version": STATE_VERSION, "generation": 0, "clocks": {}, "verdicts": {}, "escalated": {},
@@ -107,7 +86,7 @@ def normalize(doc: Any) -> dict[str, Any]:
         for key in ("verdicts", "escalated", "unacked"):
             state[key] = {k: v for k, v in state[key].items() if isinstance(v, dict)}
         state["escalated"] = {nid: {lvl: as_epoch(t) for lvl, t in seen.items()
-                                    if lvl in ESCALATION_LEVELS and as_epoch(t)}
+                                    if lvl in LEVELS and as_epoch(t)}
                               for nid, seen in state["escalated"].items()}
     return state
 
@@ -128,7 +107,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
     emits: list[Emit] = []
     changed = _forget(state, view, now, emits)
     for n in view.active.values():
-        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") == "done":
+        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") == DONE:
             continue
         if n.id not in state["clocks"]:
             if n.id in state["verdicts"]:
@@ -136,14 +115,18 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
             emits.append(_start(state, n, view, now))
             changed = True
         clock = Clock.from_dict(state["clocks"][n.id])
+        rec = view.progress.get(n.id)
+        if rec is not None and n.id not in state["verdicts"] and clock.moved_by(rec):
+            clock = _rebase(state, n, rec, emits)
+            changed = True
         if _escalate(state, clock, now, emits):
             changed = True
         if n.id in state["verdicts"]:
             continue
-        verdict = judge(clock, view.progress.get(n.id), view.progress_at, now, view.move_step)
+        verdict = judge(clock, rec, view.progress_at, now, view.move_step)
         if verdict is None:
             continue
-        tl = timeline(n, view.progress.get(n.id), view.arrivals.get(n.id), verdict_at=now,
+        tl = timeline(n, rec, view.arrivals.get(n.id), verdict_at=now,
                       escalations=state["escalated"].get(n.id))
         data = verdict.to_dict()
         data.update(kind=n.kind, channel=n.channel, timeline_ms=tl, left_count=len(verdict.left),
@@ -162,7 +145,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
 
 
 def _start(state: dict[str, Any], n: Notice, view: View, now: float) -> Emit:
-    clock = start_clock(n, view.drain)
+    clock = clock_for(n, view.progress.get(n.id), view.budget)
     state["clocks"][n.id] = clock.to_dict()
     metrics.inc(state["metrics"], "sco_agent_notices_total", metrics.notice_labels(n.kind, n.channel))
     return Emit("verifier.clock_started", n.id, {
@@ -172,16 +155,29 @@ def _start(state: dict[str, Any], n: Notice, view: View, now: float) -> Emit:
         "seconds_left": round(clock.cutoff - now, 3)})
 
 
+def _rebase(state: dict[str, Any], n: Notice, rec: DrainRecord, emits: list[Emit]) -> Clock:
+    """The drain record is in, and its drain runs on another budget than the clock was started on
+    (the contract changed before the executor started the drain): judge by the drain's own. Levels
+    already announced stay announced."""
+    clock = clock_for(n, rec, rec.budget)
+    state["clocks"][n.id] = clock.to_dict()
+    emits.append(Emit("verifier.clock_rebased", n.id, {
+        "margin_s": clock.margin_s, "cutoff": format_rfc3339(clock.cutoff),
+        "checkpoint_by": format_rfc3339(clock.checkpoint_at), "evict_by": format_rfc3339(clock.evict_at)},
+        spool=False))
+    return clock
+
+
 def _escalate(state: dict[str, Any], clock: Clock, now: float, emits: list[Emit]) -> bool:
     """Record a newly passed cutoff once (and every level it skipped); True if one was."""
     level = escalation(clock, now)
     if level is None:
         return False
-    name, since = level
+    name, since = level.level, level.since
     seen = state["escalated"].setdefault(clock.notice_id, {})
     if name in seen:
         return False
-    for lower in ESCALATION_LEVELS[:ESCALATION_LEVELS.index(name)]:
+    for lower in LEVELS[:LEVELS.index(name)]:
         seen.setdefault(lower, since)
     seen[name] = since
     metrics.inc(state["metrics"], "sco_agent_escalations_total", (name,))
@@ -211,24 +207,16 @@ def _forget(state: dict[str, Any], view: View, now: float, emits: list[Emit]) ->
     return changed
 
 
-def escalations(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, dict[str, Any]]:
-    """The level-triggered ``escalate`` message: the highest level of every open or overrun notice."""
+def escalations(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, Escalation]:
+    """What the level-triggered ``escalate`` message says: the highest level of every open or
+    overrun notice."""
     out = {}
     for nid, seen in state["escalated"].items():
-        if nid not in active or state["verdicts"].get(nid, {}).get("outcome") == "done" or not seen:
+        if nid not in active or state["verdicts"].get(nid, {}).get("outcome") == DONE or not seen:
             continue
-        level = max(seen, key=ESCALATION_LEVELS.index)
-        out[nid] = {"level": level, "since": seen[level]}
+        level = max(seen, key=LEVELS.index)
+        out[nid] = Escalation(level, seen[level])
     return out
-
-
-def published_verdicts(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, dict[str, Any]]:
-    """Verdicts of active notices and the few most recent others, without their timelines."""
-    verdicts = state["verdicts"]
-    recent = sorted(verdicts, key=lambda nid: as_number(verdicts[nid].get("at")))[-PUBLISHED_RECENT:]
-    keep = set(recent) | (set(active) & set(verdicts))
-    return {nid: {k: verdicts[nid].get(k) for k in ("outcome", "at", "held_up_by", "left_count")}
-            for nid in keep}
 
 
 def count_rejections(state: dict[str, Any], started_at: Any, counters: Any) -> bool:

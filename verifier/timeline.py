@@ -1,7 +1,7 @@
 """A notice's timeline: every moment that matters, as milliseconds after the provider issued it.
 
 Pure: built from the notice, the channels that brought it, the executor's
-progress record and (once there is one) the verdict. Used in the verdict
+drain record and (once there is one) the verdict. Used in the verdict
 event and in ``sco-agentctl status`` for a drain still running. Offsets can
 be negative when the provider's clock runs ahead of ours; they are reported
 as they are rather than hidden.
@@ -12,19 +12,20 @@ import math
 from typing import Any
 
 from common.notice import Notice
+from common.wire import DrainRecord, Step
 
 # Acks listed one by one, so an event stays small on a node of a thousand clients.
 MAX_ACKS = 200
 # Executor steps shown, in drain order: (timeline key, progress step).
 STEP_KEYS = (
-    ("cordoned", "cordoned"),
-    ("clients_told", "clients_told"),
-    ("last_eviction", "evicted"),
-    ("last_delete", "deleted"),
-    ("last_requeue", "requeued"),
-    ("last_signal", "signalled"),
-    ("fallback", "fallback"),
-    ("node_empty", "node_empty"),
+    ("cordoned", Step.CORDONED),
+    ("clients_told", Step.CLIENTS_TOLD),
+    ("last_eviction", Step.EVICTED),
+    ("last_delete", Step.DELETED),
+    ("last_requeue", Step.REQUEUED),
+    ("last_signal", Step.SIGNALLED),
+    ("fallback", Step.FALLBACK),
+    ("node_empty", Step.NODE_EMPTY),
 )
 
 
@@ -34,7 +35,7 @@ def offset_ms(at: Any, issued_at: float) -> int | None:
     return round((at - issued_at) * 1000)
 
 
-def timeline(notice: Notice, progress: dict[str, Any] | None,
+def timeline(notice: Notice, rec: DrainRecord | None,
              arrivals: dict[str, float] | None = None, verdict_at: float | None = None,
              escalations: dict[str, float] | None = None) -> dict[str, Any]:
     """``{"issued": 0, "received": {channel: ms}, "cordoned": ms, ..., "verdict": ms}``; unknown moments left out."""
@@ -48,18 +49,16 @@ def timeline(notice: Notice, progress: dict[str, Any] | None,
         if ms is not None:
             received[str(channel)] = ms
     out: dict[str, Any] = {"issued": 0, "received": received}
-    progress = progress or {}
-    steps = progress.get("steps") or {}
+    steps = rec.steps if rec is not None else {}
     for key, step in STEP_KEYS:
         ms = offset_ms(steps.get(step), t0)
         if ms is not None:
             out[key] = ms
-    acks = []
-    for client, ack in (progress.get("acks") or {}).items():
-        if isinstance(ack, dict):
-            ms = offset_ms(ack.get("at"), t0)
-            if ms is not None:
-                acks.append({"client": str(client), "status": str(ack.get("status", "")), "ms": ms})
+    acks: list[dict[str, Any]] = []
+    for client, ack in (rec.acks if rec is not None else {}).items():
+        ms = offset_ms(ack.at, t0)
+        if ms is not None:
+            acks.append({"client": client, "status": ack.status, "ms": ms})
     if acks:
         acks.sort(key=lambda a: a["ms"])
         out["checkpoint_acks"] = acks[:MAX_ACKS]

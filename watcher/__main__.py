@@ -20,13 +20,13 @@ from typing import Any
 import ujson
 import zmq
 
-from common import ipc
+from common import ipc, wire
 from common.config import Config
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
-from watcher.contract_keeper import ContractKeeper, contract_message
+from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
@@ -246,17 +246,19 @@ class Watcher:
         for frames in ipc.pending(self.progress_sub):
             try:
                 _, body = ipc.decode(frames)
-                notices = body.get("notices")
-                if not isinstance(notices, dict):
-                    raise ipc.BadMessage("progress without a notices object")
-            except ipc.BadMessage as e:
+                records, refused = wire.decode_progress(body)
+            except (ipc.BadMessage, wire.BadRecord) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB, e)
                 continue
-            self._on_progress(notices)
+            if refused:   # counted once per message; the good records next to them still count
+                nid, why = next(iter(refused.items()))
+                self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
+                    f"{len(refused)} drain record(s) refused, e.g. {nid[:64]!r}: {why}"))
+            self._on_progress(records)
 
-    def _on_progress(self, notices: dict[str, Any]) -> None:
-        for nid, rec in notices.items():
-            if not isinstance(rec, dict) or rec.get("state") != "done" or nid in self.drained_seen:
+    def _on_progress(self, records: dict[str, wire.DrainRecord]) -> None:
+        for nid, rec in records.items():
+            if rec.state != wire.DrainState.DONE or nid in self.drained_seen:
                 continue
             self.drained_seen.add(nid)
             held = self.book.resolve(nid)
@@ -275,11 +277,12 @@ class Watcher:
             self.log.error("state.write_failed", path=self.state_path, error=str(e))
 
     def announce(self) -> None:
-        ipc.send(self.pub, ipc.T_CONTRACT, contract_message(self.contracts.contract))
+        ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract))
         snap = self.book.snapshot()
-        ipc.send(self.pub, ipc.T_NOTICE, {"gen": snap["gen"], "active": snap["active"],
-                                          "withdrawn": list(snap["withdrawn"]), "arrivals": snap["arrivals"],
-                                          "counters": self.published_counters(), "started_at": self.started_at})
+        state = wire.NoticeState(active=self.book.active, withdrawn=frozenset(snap["withdrawn"]),
+                                 arrivals=snap["arrivals"], counters=self.published_counters(),
+                                 started_at=self.started_at, gen=snap["gen"])
+        ipc.send(self.pub, ipc.T_NOTICE, state.encode())
 
     def published_counters(self) -> dict[str, int]:
         """The watcher's counters and the contract keeper's rejections (``contract.rejected.<reason>``)."""

@@ -36,11 +36,6 @@ LKG_FILE = "contract-lkg.json"
 STATUS_FILE = "contract.json"   # what `sco-agentctl status` shows; not trusted by anyone
 
 
-def contract_message(contract: Contract) -> dict[str, Any]:
-    """The body of the ``contract`` topic: the contract's source and its payload."""
-    return {"source": contract.source, "contract": contract.to_dict()}
-
-
 @dataclass(frozen=True, slots=True)
 class Refresh:
     """What one fetch came to, handed from the worker thread to the loop thread."""

@@ -57,7 +57,7 @@ class NoticeBook:
     dirty: bool = False
 
     def observe(self, notice: Notice, now: float) -> Outcome:
-        if notice.node not in (self.node, "*"):
+        if not notice.is_for(self.node):
             return Outcome("ignored", notice, reason="other_node")
         if notice.kind == "cancel":
             return self._cancel(notice, now)
@@ -185,7 +185,7 @@ class NoticeBook:
         arrivals = dict(doc.get("arrivals") or {})
         for d in doc.get("active", []):
             n = notice_from_dict(d)
-            if n.node in (node, "*"):
+            if n.is_for(node):
                 book.active[n.id] = n
                 raw = arrivals.get(n.id) or {n.channel: n.received_at}
                 book.arrivals[n.id] = {str(c): float(t) for c, t in dict(raw).items()}

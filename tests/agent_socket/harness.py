@@ -17,7 +17,7 @@ from concurrent.futures import Future
 
 from common.timefmt import format_rfc3339
 from executor.agent_socket import AgentSocketServer
-from executor.socket_protocol import Ack
+from executor.socket_wire import Ack
 from tests.procutil import wait_for
 
 

@@ -6,11 +6,11 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor.socket_protocol import (
+from executor.socket_protocol import AgentProtocol
+from executor.socket_wire import (
     ERROR_CODES,
     MAX_LINE,
     Ack,
-    AgentProtocol,
     Close,
     Peer,
     Send,

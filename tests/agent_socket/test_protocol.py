@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from executor.socket_protocol import (
+from executor.socket_protocol import AgentProtocol
+from executor.socket_wire import (
     ERROR_CODES,
     MAX_ERRORS,
     MAX_LINE,
     Ack,
-    AgentProtocol,
     ClientInfo,
     Close,
     Peer,

@@ -6,7 +6,7 @@ import signal
 
 import zmq
 
-from executor.node_patch import A_DEADLINE, A_NOTICE
+from executor.kube.node_patch import A_DEADLINE, A_NOTICE
 from tests.procutil import pid_alive, wait_for
 from tests.stack import OTHER_NODE
 from tests.watcher.rig import NoticeSub

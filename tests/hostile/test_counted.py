@@ -125,8 +125,8 @@ def test_one_bad_notice_record_does_not_hide_the_good_one(config, ctx):
     ex.sub.close()
     ex.sub = Feed([ipc.encode(ipc.T_NOTICE, {"active": [bad, good], "withdrawn": []})])
     ex.on_sub_readable()
-    assert list(ex.active) == ["n1"] and ex.rejections.counts == {"ipc.rejected.bad_value": 1}
-    ex.clients.close()
+    assert list(ex.drains.active) == ["n1"] and ex.rejections.counts == {"ipc.rejected.bad_value": 1}
+    ex.close()
 
 
 def test_a_watcher_task_that_raises_ends_the_process_non_zero(config, monkeypatch):
@@ -154,14 +154,14 @@ def test_agent_socket_refusals_are_reported(config, ctx):
     client.connect(config.agent_socket.path)
     client.sendall(b"{not json\n" * 5 + b'{"op": "dance"}\n')
     deadline = time.monotonic() + 10
-    while ex.clients.stats().get("error.unknown_op", 0) < 1 and time.monotonic() < deadline:
-        ex.clients.process(time.monotonic())
-    ex.report_socket_errors()
-    ex.report_socket_errors()   # nothing new: nothing said twice
+    while ex.clients.server.stats().get("error.unknown_op", 0) < 1 and time.monotonic() < deadline:
+        ex.clients.serve(True, time.monotonic())
+    ex.clients.report_errors()
+    ex.clients.report_errors()   # nothing new: nothing said twice
     reported = [(r["reason"], r["count"]) for r in lines(out, "socket.rejected")]
     assert sorted(reported) == [("bad_json", 5), ("unknown_op", 1)]
-    assert ex.socket_rejections.counts == {"socket.rejected.bad_json": 5, "socket.rejected.unknown_op": 1}
+    assert ex.clients.rejections.counts == {"socket.rejected.bad_json": 5, "socket.rejected.unknown_op": 1}
     events = [ev for _, ev in ex.spool.outbox.pending.values() if ev["type"] == "socket.rejected"]
     assert sum(ev["data"]["count"] for ev in events) == 6
     client.close()
-    ex.clients.close()
+    ex.close()

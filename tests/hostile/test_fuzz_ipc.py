@@ -23,9 +23,10 @@ from common.config import build
 from common.contract import BUILTIN
 from common.log import Logger
 from common.runtime import SpoolLink
-from executor import escalation
+from common.wire import LEVELS, BadRecord, decode_progress
 from executor.__main__ import Executor
 from spool.intake import Intake, Rejected, parse_event
+from tests.drain_records import record_dict
 from tests.fuzzing import Feed, fuzz, json_bytes, json_scalars, json_values, mutated, near, times
 from verifier.__main__ import Verifier
 from watcher.__main__ import Watcher
@@ -72,11 +73,15 @@ notice_bodies = st.fixed_dictionaries({}, optional={
 contract_bodies = st.fixed_dictionaries({}, optional={
     "source": st.sampled_from(["bundle", "launch", "builtin", "x"]) | json_scalars,
     "contract": mutated(dict(BUILTIN.to_dict(), hall="h1")) | near(sorted(BUILTIN.to_dict())) | json_values})
-progress_records = st.fixed_dictionaries({}, optional={
+# A drain record as the executor sends it, one or two fields replaced by something hostile or left out.
+GOOD_RECORD = record_dict(received_at=1.8e9, steps={"cordoned": 1.8e9 + 1})
+progress_records = fields_off(GOOD_RECORD, {
     "state": st.sampled_from(["running", "done", "cordoned_only"]) | json_scalars, "kind": json_scalars,
     "steps": st.dictionaries(st.sampled_from(["cordoned", "node_empty", "x"]), ODD_NUMBERS, max_size=3),
     "remaining": st.lists(st.text(max_size=6), max_size=3) | json_values, "phase": json_scalars,
-    "acks": st.dictionaries(st.text(max_size=5), json_values, max_size=2)}) | json_values
+    "acks": st.dictionaries(st.text(max_size=5), json_values, max_size=2),
+    "budget": st.fixed_dictionaries({k: ODD_NUMBERS for k in ("budget_s", "checkpoint_s", "evict_s", "margin_s")})
+    | json_values, "received_at": ODD_NUMBERS, "slurm": json_values}) | json_values
 progress_bodies = st.fixed_dictionaries({}, optional={
     "notices": st.dictionaries(st.text(max_size=8), progress_records, max_size=3) | json_values})
 escalate_bodies = st.fixed_dictionaries({}, optional={
@@ -122,8 +127,7 @@ def executor(runtime):
     config, ctx = runtime
     ex = Executor(config, quiet(), ctx)
     yield ex
-    if ex.clients is not None:
-        ex.clients.close()
+    ex.close()
 
 
 @pytest.fixture(scope="module")
@@ -186,18 +190,19 @@ def _notice_state(**changes: object) -> list[list[bytes]]:
 def test_executor_watcher_feed(executor, messages):
     """Notice state and contracts from 'the watcher': each message counted or applied, and the drain
     work that follows (drain start, telling clients, publishing) runs on whatever was applied."""
-    executor.progress, executor.active, executor.withdrawn = {}, {}, set()
-    executor.contract_heard = True   # as after the real watcher's first announcement
+    drains = executor.drains
+    drains.records, drains.active, drains.withdrawn = {}, {}, frozenset()
+    drains.contract_heard = True   # as after the real watcher's first announcement
 
     def receive(feed: Feed) -> None:
         executor.sub = feed
         executor.on_sub_readable()
 
     each_applied_or_counted(messages, receive, lambda: executor.bad_messages,
-                            {ipc.T_NOTICE: lambda: executor.active, ipc.T_CONTRACT: lambda: executor.contract})
-    executor.work(1.8e9)
+                            {ipc.T_NOTICE: lambda: drains.active, ipc.T_CONTRACT: lambda: drains.contract})
+    drains.turn(1.8e9)
     executor.publish()
-    for n in executor.active.values():   # what was applied is a notice every step can use
+    for n in drains.active.values():   # what was applied is a notice every step can use
         assert n.to_dict()["deadline"] and n.node in (NODE, "*")
 
 
@@ -206,7 +211,7 @@ def test_executor_watcher_feed(executor, messages):
 def test_executor_verifier_feed(executor, messages):
     executor.escalate_sub = Feed(messages)
     executor.on_escalate_readable()
-    assert all(level in escalation.LEVELS for level in executor.escalated.values())
+    assert all(level in LEVELS for level in executor.drains.levels.values())
 
 
 @fuzz(150)
@@ -237,11 +242,12 @@ def test_watcher_executor_feed(watcher, messages):
     after = watcher.counters.get("ipc.rejected", 0) + sum(
         v for k, v in watcher.counters.items() if k.startswith("ipc.rejected."))
 
-    def unusable(frames: list[bytes]) -> bool:   # what the watcher cannot apply as progress
+    def unusable(frames: list[bytes]) -> bool:   # what the watcher cannot apply whole as progress
         try:
-            return not isinstance(ipc.decode(frames)[1].get("notices"), dict)
-        except ipc.BadMessage:
+            _, refused = decode_progress(ipc.decode(frames)[1])
+        except (ipc.BadMessage, BadRecord):
             return True
+        return bool(refused)   # the good records in it are applied; the message is counted once
     assert after - before == sum(map(unusable, messages))   # each one counted, nothing else
 
 

@@ -17,10 +17,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from common import config as cfg
-from executor import slurm, slurm_local
-from executor.drain_plan import deadlines
-from executor.eviction_book import EvictionBook, Inputs
-from executor.pod_filters import pods_that_count
+from common.wire import Budget, phase_ends
+from executor.kube.eviction_book import EvictionBook, Inputs
+from executor.kube.pod_filters import pods_that_count
+from executor.slurm import cli as slurm
+from executor.slurm import local as slurm_local
 from spool.shipping import retry_after_s
 from supervisord_plugins import listener
 from tests.fuzzing import fuzz, json_values, mutated
@@ -198,7 +199,7 @@ def test_drain_plan_with_any_optional_field_missing(doc):
     restarted.)"""
     pods, pdbs = doc.get("pods", []), doc.get("pdbs", [])
     pods_that_count(pods)
-    book = EvictionBook(deadlines(T0, T0 + 100, 10, 50, 10), T0, "report")
+    book = EvictionBook(phase_ends(T0, T0 + 100, Budget(70, 10, 50, 10)), T0, "report")
     book.observe(pods, pdbs)
     actions, _ = book.next_actions(T0 + 20, Inputs(), 8)
     ujson.dumps([a.key for a in actions])

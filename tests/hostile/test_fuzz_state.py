@@ -21,14 +21,17 @@ from common import ipc
 from common.config import build
 from common.log import Logger
 from common.notice import Notice
+from common.wire import encode_progress
 from executor import progress_file
 from executor.__main__ import Executor
+from tests.drain_records import budget, record
 from tests.fuzzing import fuzz, json_values, mutated
 from verifier import core, metrics
 from watcher.notice_book import NoticeBook
 
 NODE = "node-a"
 T0 = 1_800_000_000.0
+BUDGET = budget(checkpoint_s=10, evict_s=10, margin_s=5)
 
 
 def notice(nid: str, deadline_in: float = 120.0) -> Notice:
@@ -40,11 +43,10 @@ def _verifier_state() -> dict:
     """A verdicts.json as the verifier writes it: clocks, escalations, a verdict, counters."""
     state = core.new_state()
     a, b = notice("n1"), notice("n2", 30.0)
-    drain = {"margin_s": 5, "checkpoint_s": 10, "evict_s": 10}
-    progress = {"n1": {"state": "running", "remaining": ["ns/a"], "steps": {"cordoned": T0 + 1}, "acks": {}},
-                "n2": {"state": "done", "remaining": [], "steps": {"cordoned": T0 + 1, "node_empty": T0 + 3},
-                       "acks": {"c:1": {"status": "checkpointed", "at": T0 + 2}}}}
-    view = core.View(active={"n1": a, "n2": b}, progress=progress, progress_at=T0 + 20, drain=drain,
+    progress = {"n1": record(a, budget=BUDGET, remaining=["ns/a"], steps={"cordoned": T0 + 1}),
+                "n2": record(b, budget=BUDGET, state="done", remaining=[], steps={"cordoned": T0 + 1, "node_empty": T0 + 3},
+                             acks={"c:1": ("checkpointed", T0 + 2)})}
+    view = core.View(active={"n1": a, "n2": b}, progress=progress, progress_at=T0 + 20, budget=BUDGET,
                      arrivals={"n1": {"relay": T0 + 0.5}})
     for t in (1.0, 20.0, 40.0):
         core.advance(state, view, T0 + t)
@@ -63,13 +65,11 @@ def test_verifier_runs_on_any_state_file(doc):
     rendering the metrics then all work on it, and it saves as JSON again."""
     state = core.normalize(doc)
     active = {"n1": notice("n1"), "n3": notice("n3", 60.0)}
-    view = core.View(active=active, progress={"n3": {"state": "done", "remaining": [], "steps": {},
-                                                     "acks": {}}},
-                     progress_at=T0 + 50, drain={"margin_s": 5, "checkpoint_s": 10, "evict_s": 10})
+    view = core.View(active=active, progress={"n3": record(active["n3"], budget=BUDGET, state="done", remaining=[])},
+                     progress_at=T0 + 50, budget=BUDGET)
     for t in (45.0, 130.0):
         core.advance(state, view, T0 + t)
         core.escalations(state, active)
-        core.published_verdicts(state, active)
         core.count_rejections(state, 2.0, {"rejected.bad_json": 1, "ipc.rejected.topic": 2})
         metrics.render(state["metrics"], {"sco_agent_notices_active": len(active)})
     ujson.dumps(state)
@@ -129,8 +129,7 @@ def executor(tmp_path_factory):
     ctx = zmq.Context()
     ex = Executor(config, Logger("executor", stream=io.StringIO()), ctx)
     yield ex
-    if ex.clients is not None:
-        ex.clients.close()
+    ex.close()
     ctx.destroy(linger=0)
 
 
@@ -141,10 +140,11 @@ def test_executor_resumes_from_any_progress_file(executor, doc):
     (n1) then runs -- telling clients, publishing progress -- on what was kept."""
     with open(executor.state_path, "w") as f:
         f.write(ujson.dumps(doc))
-    executor.progress = progress_file.load(executor.state_path, executor.contract, executor.log)
-    executor.contract_heard = True
-    executor.active = {"n1": notice("n1")}
-    executor.withdrawn = {"n2"}
-    executor.work(T0 + 5)
+    drains = executor.drains
+    drains.records = progress_file.load(executor.state_path, drains.contract, executor.log)
+    drains.contract_heard = True
+    drains.active = {"n1": notice("n1")}
+    drains.withdrawn = frozenset({"n2"})
+    drains.turn(T0 + 5)
     executor.publish()
-    ujson.dumps(executor.progress)
+    ujson.dumps(encode_progress(drains.records))

@@ -5,10 +5,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from executor.drain_plan import deadlines
-from executor.eviction_book import Inputs
-from executor.kube import KubeApi
-from executor.kube_runner import DrainRunner, DrainSpec, Report
+from common.wire import Budget, phase_ends
+from executor.kube.api import KubeApi
+from executor.kube.eviction_book import Inputs
+from executor.kube.runner import DrainRunner, DrainSpec
+from executor.scheduler import Announce, NewState, Report, StepDone
 from tests.procutil import wait_for
 
 NODE = "node-a"
@@ -22,8 +23,9 @@ def make_spec(*, deadline_in: float = 60.0, checkpoint_s: float = 0.0, evict_s: 
     fields: dict[str, Any] = {
         "notice_id": "n-test", "kind": "reclaim", "deadline": now + deadline_in,
         "deadline_text": "2030-01-01T00:00:00Z", "received_at": now,
-        "deadlines": deadlines(now, now + deadline_in, checkpoint_s, evict_s, margin_s),
-        "taint_key": TAINT_KEY, "policy": "drain", "pdb_blocked": "report", "exclude_from_lb": False,
+        "ends": phase_ends(now, now + deadline_in, Budget(checkpoint_s + evict_s + margin_s, checkpoint_s, evict_s,
+                                                           margin_s)),
+        "taint_key": TAINT_KEY, "cordon_only": False, "pdb_blocked": "report", "exclude_from_lb": False,
         "down_after_s": 0.5}
     return DrainSpec(**{**fields, **kw})
 
@@ -37,13 +39,14 @@ class Drain:
         self.runner = DrainRunner(spec, make_api, self.reports.append, inputs).start()
 
     def events(self, event: str) -> list[dict[str, Any]]:
-        return [r.data for r in list(self.reports) if r.kind in ("event", "step") and r.event == event]
+        return [r.data for r in list(self.reports) if isinstance(r, (Announce, StepDone)) and r.event == event]
 
     def steps(self) -> list[str]:
-        return [r.name for r in list(self.reports) if r.kind == "step"]
+        """The drain's steps, in order (not the per-pod evicted/deleted times)."""
+        return [r.step for r in list(self.reports) if isinstance(r, StepDone) and r.step not in ("evicted", "deleted")]
 
     def state(self) -> str | None:
-        states = [r.name for r in list(self.reports) if r.kind == "state"]
+        states = [r.state for r in list(self.reports) if isinstance(r, NewState)]
         return states[-1] if states else None
 
     def wait_state(self, state: str, timeout: float = 20.0) -> None:
@@ -53,7 +56,8 @@ class Drain:
         return wait_for(lambda: (self.events(event) or [None])[0], timeout, f"event {event} ({self.summary()})")
 
     def summary(self) -> list[str]:
-        return [f"{r.kind}:{r.name or r.event}" for r in list(self.reports)][-30:]
+        return [f"{type(r).__name__}:{getattr(r, 'step', '') or getattr(r, 'event', '')}"
+                for r in list(self.reports)][-30:]
 
     def stop(self) -> None:
         self.runner.stop()

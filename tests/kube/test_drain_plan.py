@@ -1,11 +1,10 @@
-"""The drain plan: which pods move, in which tier and lane, and the contract's clock on it."""
+"""The drain plan: which pods move, in which tier and lane, and the contract's clock on it (grace periods)."""
 from __future__ import annotations
 
 import pytest
 
-from executor.drain_plan import (
+from executor.kube.drain_plan import (
     ApiHealth,
-    deadlines,
     down_after,
     drain_plan,
     grace_for,
@@ -64,15 +63,6 @@ def test_without_readable_pdbs_the_pods_of_one_controller_share_a_lane():
 ])
 def test_label_selectors(selector, labels, matches):
     assert selector_matches(selector, labels) is matches
-
-
-def test_deadlines_run_checkpoint_then_evict_then_margin_clamped_to_the_cutoff():
-    d = deadlines(received_at=100.0, deadline=200.0, checkpoint_s=10, evict_s=50, margin_s=10)
-    assert (d.checkpoint_by, d.evict_at, d.cutoff) == (110.0, 160.0, 190.0)
-    short = deadlines(received_at=100.0, deadline=125.0, checkpoint_s=10, evict_s=50, margin_s=10)
-    assert (short.checkpoint_by, short.evict_at, short.cutoff) == (110.0, 115.0, 115.0)
-    late = deadlines(received_at=100.0, deadline=90.0, checkpoint_s=10, evict_s=50, margin_s=10)
-    assert late.checkpoint_by == late.evict_at == late.cutoff == 80.0
 
 
 def test_grace_is_capped_so_the_pod_ends_before_the_cutoff_but_never_forced():

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from executor.drain_plan import deadlines
-from executor.eviction_book import (
+from common.wire import Budget, phase_ends
+from executor.kube.eviction_book import (
     ACCEPTED,
     GONE,
     RETRY,
@@ -19,7 +19,7 @@ from tests.kube.podspecs import pdb, pod
 
 T0 = 1000.0
 # Checkpoint until T0+10, evict by the book until T0+60, node empty by T0+90.
-D = deadlines(T0, T0 + 100, checkpoint_s=10, evict_s=50, margin_s=10)
+D = phase_ends(T0, T0 + 100, Budget(budget_s=70, checkpoint_s=10, evict_s=50, margin_s=10))
 WEB = [pod(f"web-{i}", labels={"app": "web"}) for i in range(3)]
 WEB_PDB = [pdb("web", {"app": "web"})]
 

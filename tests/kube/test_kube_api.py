@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from common.config import build
-from executor.kube import KubeApi
-from executor.kube_driver import api_factory
+from executor.kube.api import KubeApi
+from executor.kube.scheduler import api_factory
 
 
-def test_a_clone_shares_the_tls_context():
+def test_a_client_given_a_tls_context_uses_it_over_its_own_connection():
     api = KubeApi("https://127.0.0.1:1", "node-a")
-    clone = api.clone()
-    assert clone.http.tls is api.http.tls and clone.http is not api.http
+    other = KubeApi("https://127.0.0.1:1", "node-a", tls=api.http.tls)
+    assert other.http.tls is api.http.tls and other.http is not api.http
     assert KubeApi("http://127.0.0.1:1", "node-a").http.tls is None
 
 

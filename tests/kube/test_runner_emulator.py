@@ -5,9 +5,10 @@ import itertools
 
 import pytest
 
-from executor.eviction_book import Inputs
-from executor.kube import KubeApi, NotOwnNode
-from executor.node_patch import EXCLUDE_LB_LABEL
+from executor.kube.api import KubeApi, NotOwnNode
+from executor.kube.eviction_book import Inputs
+from executor.kube.node_patch import EXCLUDE_LB_LABEL
+from executor.scheduler import InPhase, Log, Remaining, Remember
 from tests.emulators.kube import objects
 from tests.emulators.kube_fixture import kube_emulator
 from tests.kube.harness import NODE, OTHER, TAINT_KEY, Drain, make_spec
@@ -75,7 +76,7 @@ def test_drain_in_priority_order_leaving_daemonsets_mirrors_and_other_nodes(kube
     assert node["spec"]["unschedulable"] is True
     assert node["spec"]["taints"] == [FOREIGN, {"key": TAINT_KEY, "value": "reclaim", "effect": "NoSchedule"}]
     assert d.steps() == ["cordoned", "node_empty"]
-    assert [r.data["pods"] for r in d.reports if r.kind == "remaining"][-1] == []
+    assert [r.items for r in d.reports if isinstance(r, Remaining)][-1] == ()
     assert {e["pod"] for e in d.events("drain.evicted")} == {"default/app-1", "default/app-2", "default/app-3",
                                                              "kube-system/dns", "kube-system/proxy"}
 
@@ -127,12 +128,12 @@ def test_a_pod_checkpointing_waits_for_its_ack(kube, drains):
     wait_for(lambda: evicted(kube) == ["free"], 10, "the free pod evicted")
 
     def listings() -> int:
-        return sum(1 for e in kube.log() if e["method"] == "GET" and e["path"].startswith("/api/v1/pods?"))
+        return sum(1 for e in kube.requests() if e["method"] == "GET" and e["path"] == "/api/v1/pods")
 
     # Several listing rounds (counted, not slept for): the held pod must still not be touched.
     rounds = listings()
     wait_for(lambda: listings() >= rounds + 3, 10, "three more listing rounds")
-    assert evicted(kube) == ["free"] and [r.name for r in d.reports if r.kind == "phase"][-1] == "checkpoint"
+    assert evicted(kube) == ["free"] and [r.phase for r in d.reports if isinstance(r, InPhase)][-1] == "checkpoint"
     d.runner.inputs = Inputs()    # its workload acked
     d.wait_state("done")
     assert evicted(kube) == ["free", "ckpt"]
@@ -179,7 +180,7 @@ def test_unreadable_pdbs_still_drain(kube, drains):
     d = start(kube, drains)
     d.wait_state("done")
     assert sorted(evicted(kube)) == ["web-0", "web-1", "web-2"]
-    assert any(r.name == "drain.pdbs_unreadable" for r in d.reports if r.kind == "log")
+    assert any(r.name == "drain.pdbs_unreadable" for r in d.reports if isinstance(r, Log))
 
 
 def test_a_server_ignoring_the_field_selector_cannot_make_us_evict_elsewhere(kube, drains):
@@ -227,8 +228,10 @@ def test_a_restarted_drain_never_evicts_a_pod_twice(kube, drains):
     first = start(kube, drains)
     wait_for(lambda: len(first.events("drain.evicted")) == 3, 10, "three evictions")
     first.stop()
-    done = frozenset(e["uid"] for e in first.events("drain.evicted"))
-    second = start(kube, drains, evicted=done, steps_done=frozenset({"cordoned"}))
+    # What the record keeps of the first run: its last memo.
+    memo = [r.memo for r in first.reports if isinstance(r, Remember)][-1]
+    assert set(memo["evicted"]) == {e["uid"] for e in first.events("drain.evicted")}
+    second = start(kube, drains, evicted=memo["evicted"], steps_done=frozenset({"cordoned"}))
     second.wait_state("done")
     assert sorted(evicted(kube)) == ["slow-0", "slow-1", "slow-2"]
     assert second.events("drain.evicted") == []
@@ -249,6 +252,6 @@ def test_policy_v1beta1_server(tmp_path, drains):
 
 def test_cordon_only_policy(kube, drains):
     kube.add_pod("app", NODE)
-    d = start(kube, drains, policy="cordon")
+    d = start(kube, drains, cordon_only=True)
     d.wait_state("cordoned_only")
     assert kube.evictions() == [] and kube.node(NODE)["spec"]["unschedulable"] is True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+from tests.drain_records import budget, record_dict
 from tests.procutil import wait_for
 from tests.verifier.promtext import Family, parse, value
 from tests.verifier.rig import Peers, VerifierProcess, notice_dict
@@ -33,16 +34,20 @@ def produce(base: str) -> str:
         now = time.time()
         # Rejections as the watcher reports them (its per-start counters, common/runtime.py Rejections).
         peers.counters = {"rejected.bad_json": 2, "contract.rejected.bad_signature": 1, "new.relay": 2}
+        done, over = (notice_dict("n-done", now + 60, issued=now - 1),
+                      notice_dict("n-over", now + 5, issued=now - 1, channel="metadata"))
+        # The drains' records, on the contract's budget (the rig's: a 2 s margin).
+        started_on = budget(checkpoint_s=1, evict_s=1, margin_s=2, budget_s=30)
         # n-done: cordoned, told and empty within a second of the notice.
-        peers.progress["n-done"] = {"kind": "reclaim", "state": "done", "remaining": [],
-                                    "steps": {"cordoned": now + 0.2, "clients_told": now + 0.3,
-                                              "node_empty": now + 0.5}}
+        peers.progress["n-done"] = record_dict(budget=started_on, received_at=done["received_at"], state="done",
+                                               remaining=[], steps={"cordoned": now + 0.2, "clients_told": now + 0.3,
+                                                                    "node_empty": now + 0.5})
         # n-over: cordoned and told, but no client acks and a pod never leaves: overrun at the cutoff
         # (deadline - margin 2 s), held up by the checkpoint step.
-        peers.progress["n-over"] = {"kind": "reclaim", "state": "running", "remaining": ["ns/stuck"],
-                                    "steps": {"cordoned": now + 0.2, "clients_told": now + 0.3}}
-        peers.active = [notice_dict("n-done", now + 60, issued=now - 1),
-                        notice_dict("n-over", now + 5, issued=now - 1, channel="metadata")]
+        peers.progress["n-over"] = record_dict(budget=started_on, received_at=over["received_at"],
+                                               remaining=["ns/stuck"],
+                                               steps={"cordoned": now + 0.2, "clients_told": now + 0.3})
+        peers.active = [done, over]
         v.start()
 
         def ready() -> str:

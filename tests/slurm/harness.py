@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from common.contract import SlurmPolicy
+from common.contract import BUILTIN, SlurmPolicy
 from common.notice import Notice
-from executor.slurm import SlurmCli
-from executor.slurm_drain import Report, SlurmDrain
+from common.wire import DrainRecord
+from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Report, StepDone, Withdrawal
+from executor.slurm.cli import SlurmCli
+from executor.slurm.recipe import SlurmDrain, Tracked
+from tests.drain_records import budget, record_dict
 from tests.procutil import wait_for
 from tests.rigs.slurm_rig import SlurmRig
 
@@ -41,20 +45,33 @@ POLICY = SlurmPolicy(signal="SIGUSR1", signal_scope="batch", on_drain="requeue")
 
 
 class Recorder:
-    """Stands in for the executor: records steps and events, persists the record as JSON on save."""
+    """Stands in for the executor's drain core: applies the recipe's reports to the record (the wire
+    form, a dict) and keeps what the core would have saved, as JSON, for a restart."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.saved: dict[str, Any] = {}
         self.rec: dict[str, Any] = {}
 
-    def step(self, n: Notice, rec: dict[str, Any], step: str, event: str, data: dict[str, Any]) -> None:
-        rec["steps"][step] = time.time()
-        self.save()
-        self.events.append((event, data))
+    def put(self, r: Report) -> None:
+        if isinstance(r, StepDone):
+            self.rec["steps"][r.step] = time.time()
+            self.save()
+            if r.event:
+                self.events.append((r.event, r.data))
+        elif isinstance(r, Announce):
+            self.events.append((r.event, r.data))
+        elif isinstance(r, Remaining):
+            self.rec["remaining"] = list(r.items)
+        elif isinstance(r, InPhase):
+            self.rec["phase"] = r.phase
+        elif isinstance(r, NewState):
+            self.rec["state"] = r.state
+            self.save()
 
-    def event(self, type: str, nid: str, data: dict[str, Any], now: float) -> None:
-        self.events.append((type, data))
+    def remember(self, notice_id: str, memo: dict[str, Any]) -> None:
+        self.rec.update(copy.deepcopy(memo))
+        self.save()
 
     def save(self) -> None:
         self.saved = copy.deepcopy(self.rec)
@@ -73,15 +90,21 @@ def notice(rig: SlurmRig, deadline_in: float = 120.0, kind: str = "reclaim") -> 
 
 
 def record(n: Notice, checkpoint_s: int, evict_s: int, margin_s: int = 5, policy: str = "drain") -> dict[str, Any]:
-    """The executor's record of a new drain (as executor/__main__.py creates it)."""
-    return {"kind": n.kind, "state": "running", "steps": {}, "received_at": n.received_at, "remaining": None,
-            "policy": policy, "taint_key": "sco.io/notice",
-            "budget": {"budget_s": checkpoint_s + evict_s + margin_s, "checkpoint_s": checkpoint_s,
-                       "evict_s": evict_s, "margin_s": margin_s}}
+    """The executor's record of a new drain (as the drain core starts it), in its wire form."""
+    return record_dict(n, budget=budget(checkpoint_s, evict_s, margin_s), policy=policy)
+
+
+def order(n: Notice, rec: dict[str, Any], policy: SlurmPolicy = POLICY, level: str | None = None) -> Order:
+    """The order the drain core hands the scheduler for record ``rec`` (decoded as the core has it)."""
+    r = DrainRecord.from_dict(copy.deepcopy(rec))
+    return Order(notice_id=n.id, kind=n.kind, deadline=n.deadline, received_at=r.received_at, budget=r.budget,
+                 ends=r.ends(n.deadline), cordon_only=r.policy != "drain", taint_key=r.taint_key,
+                 pdb_blocked=r.pdb_blocked, exclude_from_lb=r.exclude_from_lb, steps_done=frozenset(r.steps),
+                 memo=r.memo, level=level, contract=dataclasses.replace(BUILTIN, slurm=policy))
 
 
 class Driver:
-    """A SlurmDrain on the rig with a Recorder, stepped like the executor loop would step it."""
+    """A SlurmDrain on the rig with a Recorder, stepped like the Slurm scheduler's worker steps it."""
 
     def __init__(self, rig: SlurmRig, n: Notice, rec: dict[str, Any], policy: SlurmPolicy = POLICY,
                  levels: Callable[[str], str | None] | None = None) -> None:
@@ -89,7 +112,7 @@ class Driver:
         self.out = Recorder()
         self.out.rec = rec
         self.commands: list[tuple[str, ...]] = []
-        self.levels = levels
+        self.levels = levels or (lambda nid: None)
         self.restart()
 
     @property
@@ -103,11 +126,15 @@ class Driver:
         if getattr(self, "drain", None) is not None:
             self.commands += self.drain.cli.commands
         cli = SlurmCli(self.rig.node_name, self.rig.conf_path, timeout_s=12.0)
-        self.drain = SlurmDrain(cli, Report(self.out.step, self.out.event, self.out.save),
-                                **({"levels": self.levels} if self.levels else {}))
+        self.drain = SlurmDrain(cli, self.out)
+        self.tracked = Tracked.of(self._order())
+
+    def _order(self) -> Order:
+        return order(self.n, self.rec, self.policy, self.levels(self.n.id))
 
     def step(self) -> None:
-        self.drain.step(self.n, self.rec, time.time(), self.policy)
+        self.tracked.order = self._order()
+        self.drain.step(self.tracked, time.time())
 
     def until(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         """Step every 0.1 s until ``predicate`` holds; TimeoutError naming ``what`` and the record."""
@@ -119,10 +146,11 @@ class Driver:
                         interval=0.1, retry_on=())
 
     def withdraw(self, other_notices: bool = False, timeout: float = 10.0) -> None:
-        """Call undo() as the executor loop does, until the record says withdrawn."""
+        """Call undo() as the scheduler's worker does, until the record says withdrawn."""
         def undone() -> bool:
             if self.rec["state"] != "withdrawn":
-                self.drain.undo(self.n.id, self.rec, time.time(), other_notices)
+                o = self._order()
+                self.drain.undo(Withdrawal(self.n.id, o.taint_key, o.steps_done, o.memo, other_notices), time.time())
             return self.rec["state"] == "withdrawn"
 
         wait_for(undone, timeout, lambda: f"withdrawn; events {self.out.types()}", interval=0.1, retry_on=())

@@ -42,8 +42,11 @@ def contract(drain: dict[str, int], slurm: dict[str, str]) -> dict[str, Any]:
 
 
 class ExecutorHarness:
-    def __init__(self, rig: SlurmRig, drain: dict[str, int], slurm: dict[str, str]) -> None:
+    def __init__(self, rig: SlurmRig, drain: dict[str, int], slurm: dict[str, str],
+                 env: dict[str, str] | None = None, settings: dict[str, Any] | None = None) -> None:
+        """``env``: added to the executor's environment; ``settings``: added to its slurm section."""
         self.rig = rig
+        self.env = dict(env or {})
         # Not pytest's tmp_path: ipc:// paths must fit in a sockaddr_un (108 bytes).
         self.base = tempfile.mkdtemp(prefix="sco-sd-", dir="/tmp")
         self.run_dir = os.path.join(self.base, "run")
@@ -54,7 +57,7 @@ class ExecutorHarness:
             "node": {"name": rig.node_name, "hall": HALL, "scheduler": "slurm"},
             "paths": {"runtime_dir": self.run_dir, "state_dir": os.path.join(self.base, "state")},
             "relay": {"servers": []}, "metadata": {"provider": "none"},
-            "slurm": {"conf": rig.conf_path},
+            "slurm": {"conf": rig.conf_path, **(settings or {})},
             "agent_socket": {"path": os.path.join(self.run_dir, "agent.sock")},
         })
         self.contract = contract(drain, slurm)
@@ -85,7 +88,7 @@ class ExecutorHarness:
 
     def start(self) -> int:
         """Start the executor (`python -m executor --config ...`); returns its PID."""
-        env = dict(os.environ, PYTHONPATH=REPO)
+        env = dict(os.environ, PYTHONPATH=REPO, **self.env)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "executor", "--config", self.config_path],
                                          cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

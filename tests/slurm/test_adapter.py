@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from executor.slurm import (
+from executor.slurm.cli import (
     NotOwnNode,
     NotRequeueable,
     SlurmCli,

@@ -1,11 +1,10 @@
-"""The Slurm recipe's pure decisions: cutoffs, phases, what to signal, requeue, kill, resume, report."""
+"""The Slurm recipe's pure decisions: phases, what to signal, requeue, kill, resume, report."""
 from __future__ import annotations
 
 from common.contract import SlurmPolicy
-from common.notice import Notice
-from executor.slurm import NodeInfo
-from executor.slurm_rules import (
-    cutoffs,
+from common.wire import Budget, phase_ends
+from executor.slurm.cli import NodeInfo
+from executor.slurm.rules import (
     drain_reason,
     is_agent_reason,
     local_plan,
@@ -17,7 +16,7 @@ from executor.slurm_rules import (
     unsignalled,
 )
 
-BUDGET = {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10}
+BUDGET = Budget(budget_s=100, checkpoint_s=40, evict_s=50, margin_s=10)
 POLICY = SlurmPolicy(signal="SIGUSR1", signal_scope="batch", on_drain="requeue")
 
 
@@ -25,27 +24,15 @@ def node(flags: str, reason: str = "") -> NodeInfo:
     return NodeInfo("n1", frozenset(flags.split("+")), reason)
 
 
-def test_cutoffs_follow_the_contract_phases_from_receipt():
-    """Checkpoint ends received + checkpoint_s, eviction checkpoint_s + evict_s later."""
-    c = cutoffs(1000.0, 1120.0, BUDGET)
-    assert (c.checkpoint_by, c.evict_by) == (1040.0, 1090.0)
-
-
-def test_cutoffs_are_clamped_to_deadline_less_margin():
-    """A short notice squeezes the phases instead of running past deadline - margin."""
-    c = cutoffs(1000.0, 1030.0, BUDGET)
-    assert (c.checkpoint_by, c.evict_by) == (1020.0, 1020.0)
-
-
 def test_phase_by_own_clock():
-    c = cutoffs(0.0, 120.0, BUDGET)
+    c = phase_ends(0.0, 120.0, BUDGET)
     assert [phase_at(c, t, None) for t in (0.0, 39.9, 40.0, 89.9, 90.0)] == [
         "checkpoint", "checkpoint", "evict", "evict", "kill"]
 
 
 def test_verifier_level_moves_the_phase_forward_never_back():
     """The escalation level is a second opinion: it can only hurry the drain."""
-    c = cutoffs(0.0, 120.0, BUDGET)
+    c = phase_ends(0.0, 120.0, BUDGET)
     assert phase_at(c, 1.0, "checkpoint_over") == "evict"
     assert phase_at(c, 1.0, "evict_over") == "kill"
     assert phase_at(c, 1.0, "final") == "kill"
@@ -54,8 +41,7 @@ def test_verifier_level_moves_the_phase_forward_never_back():
 
 
 def test_reason_names_the_notice_and_marks_it_as_the_agents():
-    n = Notice("n-7", "reclaim", "n1", "", 0.0, 1764417600.0, "aws")
-    reason = drain_reason(n)
+    reason = drain_reason("n-7", "reclaim", 1764417600.0)
     assert reason == "sco-agent notice n-7 reclaim deadline 2025-11-29T12:00:00.000Z"
     assert is_agent_reason(reason)
     assert not is_agent_reason("maintenance by ops")

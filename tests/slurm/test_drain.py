@@ -1,6 +1,6 @@
 """The Slurm drain on a real one-node cluster, with slurmctld answering.
 
-The recipe (executor.slurm_drain) is driven in-process as the executor loop drives it,
+The recipe (executor.slurm.recipe) is driven in-process as the executor loop drives it,
 reporting to a Recorder; every test ends with the rig idle again (the ``rig`` fixture
 resets it) and checks that no command named a node other than the rig's own.
 """

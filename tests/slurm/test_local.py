@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from executor import slurm_local
-from executor.slurm import PidRow
+from executor.slurm import local as slurm_local
+from executor.slurm.cli import PidRow
 from tests.procutil import pid_alive, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,7 +118,7 @@ def test_a_pid_reused_after_it_was_found_is_not_signalled(spawn):
 def test_own_process_group_is_never_signalled():
     """An agent that itself carries a job's environment (started from a job) never signals its own group."""
     # The scan skips the agent's own PID, but listpids would list it if the agent ran inside a job.
-    code = ("import os, signal; from executor import slurm_local as L; from executor.slurm import PidRow; "
+    code = ("import os, signal; from executor.slurm import local as L; from executor.slurm.cli import PidRow; "
             f"procs = L.find([PidRow(os.getpid(), 15, 'batch', '0')], {{}}, {CONF!r}, {NODE!r})[15]; "
             "assert [p.pid for p in procs if p.batch_shell] == [os.getpgrp()], procs; "
             f"print(L.signal_job(procs, signal.SIGKILL, 'full', {CONF!r}, {NODE!r}))")

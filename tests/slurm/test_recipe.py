@@ -5,9 +5,9 @@ import time
 from typing import Any
 
 from common.notice import Notice
-from executor.slurm import NodeInfo, NotRequeueable, SlurmError, Unreachable
-from executor.slurm_drain import Report, SlurmDrain
-from tests.slurm.harness import POLICY, Recorder, record
+from executor.slurm.cli import NodeInfo, NotRequeueable, SlurmError, Unreachable
+from executor.slurm.recipe import SlurmDrain, Tracked
+from tests.slurm.harness import Recorder, order, record
 
 
 class Answer:
@@ -75,30 +75,42 @@ class FakeSlurm:
         self._call("resume")
 
 
-def setup(fake: FakeSlurm, checkpoint_s: int = 30, dry_run: bool = False) -> tuple[SlurmDrain, Recorder, Notice]:
-    now = time.time()
-    n = Notice("n-1", "reclaim", "n1", "", now, now + 120, "sco", received_at=now)
-    out = Recorder()
-    out.rec = record(n, checkpoint_s=checkpoint_s, evict_s=30)
-    drain = SlurmDrain(fake, Report(out.step, out.event, out.save), dry_run=dry_run,  # type: ignore[arg-type]
-                       scan=lambda conf, node: {})
-    return drain, out, n
+class Run:
+    """The recipe stepped as the scheduler's worker steps it: one Tracked for the notice, handed the
+    core's latest order (from the record the Recorder keeps) every round."""
 
+    def __init__(self, fake: FakeSlurm, checkpoint_s: int = 30, dry_run: bool = False,
+                 out: Recorder | None = None, n: Notice | None = None) -> None:
+        now = time.time()
+        self.n = n or Notice("n-1", "reclaim", "n1", "", now, now + 120, "sco", received_at=now)
+        if out is None:
+            out = Recorder()
+            out.rec = record(self.n, checkpoint_s=checkpoint_s, evict_s=30)
+        self.out = out
+        self.drain = SlurmDrain(fake, out, dry_run=dry_run, scan=lambda conf, node: {})  # type: ignore[arg-type]
+        self.tracked = Tracked.of(order(self.n, out.rec))
 
-def rounds(drain: SlurmDrain, out: Recorder, n: Notice, k: int, start: float | None = None) -> float:
-    """k rounds, each far enough apart to pass the recipe's own pacing."""
-    t = start or time.time()
-    for _ in range(k):
-        drain.step(n, out.rec, t, POLICY)
-        t += 10.0
-    return t
+    def restarted(self, fake: FakeSlurm) -> Run:
+        """A new executor on the record as it was last saved."""
+        self.out.rec = self.out.saved
+        return Run(fake, out=self.out, n=self.n)
+
+    def rounds(self, k: int, start: float | None = None) -> float:
+        """k rounds, each far enough apart to pass the recipe's own pacing."""
+        t = start or time.time()
+        for _ in range(k):
+            self.tracked.order = order(self.n, self.out.rec)
+            self.drain.step(self.tracked, t)
+            t += 10.0
+        return t
 
 
 def test_dry_run_changes_nothing_and_says_what_it_would_do():
     fake = FakeSlurm()
     fake.running = [5]
-    drain, out, n = setup(fake, dry_run=True)
-    rounds(drain, out, n, 2)
+    r = Run(fake, dry_run=True)
+    out = r.out
+    r.rounds(2)
     assert fake.calls.count("node_info") >= 2
     assert not {"drain", "signal", "requeue", "cancel", "resume"} & set(fake.calls)
     assert [d["action"] for d in out.of("drain.dry_run")] == ["drain", "signal 5"]
@@ -109,11 +121,12 @@ def test_a_drain_that_timed_out_but_landed_is_not_sent_again():
     fake = FakeSlurm()
     fake.drain_lands_on_timeout = True
     fake.fail["drain"] = Unreachable(("scontrol",), -1, "no answer within 12 s")
-    drain, out, n = setup(fake)
-    t = rounds(drain, out, n, 1)
+    r = Run(fake)
+    out = r.out
+    t = r.rounds(1)
     assert out.types() == ["drain.error", "drain.fallback"]
     assert out.rec["remaining"] == ["slurmctld:unreachable"]
-    rounds(drain, out, n, 2, start=t)
+    r.rounds(2, start=t)
     assert fake.calls.count("drain") == 1
     assert out.of("drain.reconciled")[0]["drain_set"] is True
     assert out.types()[-1] == "drain.node_empty" and out.rec["state"] == "done"
@@ -123,11 +136,12 @@ def test_a_refusal_is_reported_once_and_retried():
     """A refused call (not a timeout) stays on the controller path: one drain.error, retried next round."""
     fake = FakeSlurm()
     fake.fail["drain"] = SlurmError(("scontrol",), 1, "Invalid node state specified")
-    drain, out, n = setup(fake)
-    rounds(drain, out, n, 3)
+    r = Run(fake)
+    out = r.out
+    r.rounds(3)
     assert out.types() == ["drain.error"] and fake.calls.count("drain") == 3
     del fake.fail["drain"]
-    rounds(drain, out, n, 1, start=time.time() + 100)
+    r.rounds(1, start=time.time() + 100)
     assert "drain.cordoned" in out.types() and "drain.fallback" not in out.types()
 
 
@@ -135,10 +149,10 @@ def test_checkpoint_signal_is_not_repeated_after_a_restart():
     """The record written before the signal survives the executor: a new recipe does not signal again."""
     fake = FakeSlurm()
     fake.running = [5, 6]
-    drain, out, n = setup(fake)
-    rounds(drain, out, n, 1)
-    restarted = SlurmDrain(fake, Report(out.step, out.event, out.save), scan=lambda conf, node: {})  # type: ignore[arg-type]
-    rounds(restarted, out, n, 2)
+    r = Run(fake)
+    out = r.out
+    r.rounds(1)
+    r.restarted(fake).rounds(2)
     assert fake.calls.count("signal") == 2
     assert out.of("drain.signalled")[0]["jobs"] == [5, 6]
 
@@ -147,8 +161,9 @@ def test_requeue_refused_is_remembered_across_rounds():
     fake = FakeSlurm()
     fake.running = [7]
     fake.fail["requeue"] = NotRequeueable(("scontrol",), 1, "Requested operation is presently disabled for job 7")
-    drain, out, n = setup(fake, checkpoint_s=0)
-    rounds(drain, out, n, 3)
+    r = Run(fake, checkpoint_s=0)
+    out = r.out
+    r.rounds(3)
     assert fake.calls.count("requeue") == 1
     assert out.rec["slurm"]["refused"] == {"7": "Requested operation is presently disabled for job 7"}
     assert out.rec["remaining"] == ["7"]

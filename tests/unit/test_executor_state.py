@@ -36,13 +36,12 @@ def test_a_new_drain_is_on_disk_before_drain_started_is_sent(tmp_path):
             return {}
 
         ex.spool.emit = spy
-        ex.contract_heard = True
+        ex.drains.contract_heard = True
         now = time.time()
-        ex.work(now)
-        ex.active = {"n1": Notice("n1", "reclaim", "node-a", "i-1", now, now + 60, "sco", received_at=now)}
-        ex.work(now)
-        if ex.clients is not None:
-            ex.clients.close()
+        ex.drains.turn(now)
+        ex.drains.active = {"n1": Notice("n1", "reclaim", "node-a", "i-1", now, now + 60, "sco", received_at=now)}
+        ex.drains.turn(now)
+        ex.close()
     finally:
         ctx.destroy(linger=0)
     assert on_disk[0] == ("drain.started", True)

@@ -22,14 +22,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Build the process's core object as its main() would, then report sys.modules.
 CHILD = r"""
 import importlib, json, os, sys
-name, module, d = sys.argv[1:4]
+name, module, d, scheduler = sys.argv[1:5]
 mod = importlib.import_module(module)
 import zmq
 from common import ipc
 from common.config import build
 from common.log import Logger
 config = build({
-    "node": {"name": "node-a", "scheduler": "none"},
+    "node": {"name": "node-a", "scheduler": scheduler},
+    "kubernetes": {"api_url": "http://127.0.0.1:1"},
     "paths": {"runtime_dir": os.path.join(d, "run"), "state_dir": os.path.join(d, "state")},
     "relay": {"servers": []}, "metadata": {"provider": "none"}, "spool": {"size_mb": 1},
     "agent_socket": {"path": os.path.join(d, "run", "agent.sock")},
@@ -42,7 +43,9 @@ if name == "listener":
     from common.runtime import SpoolLink
     SpoolLink(ctx, config, name, log)
 else:
-    getattr(mod, name.capitalize())(config, log, ctx)
+    core = getattr(mod, name.capitalize())(config, log, ctx)
+    if hasattr(core, "close"):
+        core.close()
 ctx.destroy(linger=0)
 print(json.dumps(sorted(sys.modules)))
 """
@@ -65,9 +68,9 @@ PROCESSES = {
 }
 
 
-def modules_of(name: str, module: str, tmp_path) -> set[str]:
+def modules_of(name: str, module: str, tmp_path, scheduler: str = "none") -> set[str]:
     env = dict(os.environ, PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, "-c", CHILD, name, module, str(tmp_path)], env=env,
+    out = subprocess.run([sys.executable, "-c", CHILD, name, module, str(tmp_path), scheduler], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     return set(json.loads(out.stdout))
@@ -80,6 +83,24 @@ def test_process_imports_nothing_heavy_it_does_not_use(name, tmp_path):
     assert module in loaded
     heavy = sorted(m for m in loaded if m in forbidden or m.split(".")[0] in forbidden)
     assert not heavy, f"{name} imports {heavy}"
+
+
+# Each scheduler is its own sub-package of executor/, imported only on a node that runs it
+# (executor.scheduler.SCHEDULERS): a Kubernetes node never loads the Slurm code, nor the reverse.
+SCHEDULER_CODE = {"kubernetes": "executor.kube", "slurm": "executor.slurm"}
+
+
+@pytest.mark.parametrize("scheduler", ["none", *sorted(SCHEDULER_CODE)])
+def test_the_executor_imports_its_own_scheduler_only(scheduler, tmp_path):
+    loaded = modules_of("executor", "executor.__main__", tmp_path, scheduler)
+    for other, package in SCHEDULER_CODE.items():
+        mine = {m for m in loaded if m == package or m.startswith(package + ".")}
+        if other == scheduler:
+            assert f"{package}.scheduler" in mine
+        else:
+            assert not mine, f"a {scheduler} executor imports {sorted(mine)}"
+    if scheduler == "none":   # no scheduler: no HTTP client either
+        assert not loaded & NO_HTTP, sorted(loaded & NO_HTTP)
 
 
 def test_the_check_sees_a_heavy_import(tmp_path):

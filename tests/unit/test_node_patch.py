@@ -1,7 +1,7 @@
 """Cordon/taint patches keep other taints, carry resourceVersion, and undo only our own work."""
 from __future__ import annotations
 
-from executor.node_patch import A_CORDONED_BY_AGENT, A_NOTICE, cordon_patch, withdraw_patch
+from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE, cordon_patch, withdraw_patch
 
 FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 

@@ -41,14 +41,15 @@ class Peers:
         self.active: list[dict[str, Any]] = []
         self.withdrawn: list[str] = []
         self.counters: dict[str, int] = {}
-        self.contract: dict[str, Any] = {"serial": 1, "drain": {"budget_s": 30, "checkpoint_s": 1,
-                                                                "evict_s": 1, "margin_s": 2}}
+        # A valid contract payload (None: the watcher has announced none).
+        self.contract: dict[str, Any] | None = {
+            "serial": 1, "hall": "h1", "issued_at": "2026-11-29T12:00:00Z",
+            "drain": {"budget_s": 30, "checkpoint_s": 1, "evict_s": 1, "margin_s": 2}}
         self.progress: dict[str, Any] = {}
         self.spool_up = True
         self.events: dict[str, dict[str, Any]] = {}   # event_id -> event (resends collapse)
         self.received = 0                              # every event frame, resends included
         self.escalate: dict[str, Any] = {}
-        self.verdicts: dict[str, Any] = {}
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -60,7 +61,7 @@ class Peers:
         wpub = ipc.bind(ctx, zmq.PUB, self.run_dir, ipc.WATCHER_PUB)
         epub = ipc.bind(ctx, zmq.PUB, self.run_dir, ipc.EXECUTOR_PUB)
         spool = ipc.bind(ctx, zmq.ROUTER, self.run_dir, ipc.SPOOL_INTAKE)
-        vsub = ipc.subscriber(ctx, self.run_dir, ipc.VERIFIER_PUB, ipc.T_VERDICT, ipc.T_ESCALATE)
+        vsub = ipc.subscriber(ctx, self.run_dir, ipc.VERIFIER_PUB, ipc.T_ESCALATE)
         poller = zmq.Poller()
         poller.register(spool, zmq.POLLIN)
         poller.register(vsub, zmq.POLLIN)
@@ -80,16 +81,14 @@ class Peers:
                     spool.send_multipart([ident, *ipc.encode(ipc.T_ACK, {"ids": [ev["event_id"]]})])
             if vsub in events:
                 while vsub.poll(0):
-                    topic, body = ipc.decode(vsub.recv_multipart())
+                    _, body = ipc.decode(vsub.recv_multipart())
                     with self.lock:
-                        if topic == ipc.T_ESCALATE:
-                            self.escalate = body["notices"]
-                        else:
-                            self.verdicts = body["verdicts"]
+                        self.escalate = body["notices"]
             if time.monotonic() - last >= 0.2:
                 last = time.monotonic()
                 with self.lock:
-                    ipc.send(wpub, ipc.T_CONTRACT, {"source": "bundle", "contract": self.contract})
+                    if self.contract is not None:
+                        ipc.send(wpub, ipc.T_CONTRACT, {"source": "bundle", "contract": self.contract})
                     ipc.send(wpub, ipc.T_NOTICE, {"gen": 1, "active": list(self.active),
                                                   "withdrawn": list(self.withdrawn), "counters": dict(self.counters),
                                                   "started_at": 1.0})

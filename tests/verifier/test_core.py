@@ -6,12 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.notice import Notice
+from common.wire import Escalation, decode_records
+from tests.drain_records import budget, record
 from tests.fuzzing import fuzz
 from verifier import core
 from verifier.judge import PROGRESS_GRACE_S
 
 T0 = 1_000_000.0
-DRAIN = {"margin_s": 5, "checkpoint_s": 10, "evict_s": 30}
+BUDGET = budget(checkpoint_s=10, evict_s=30, margin_s=5)
 
 
 def notice(nid: str = "n1", deadline_in: float = 120.0, channel: str = "relay", received: float = 0.4) -> Notice:
@@ -20,8 +22,11 @@ def notice(nid: str = "n1", deadline_in: float = 120.0, channel: str = "relay", 
 
 
 def view(*notices: Notice, progress=None, progress_at=0.0, withdrawn=(), arrivals=None) -> core.View:
-    return core.View(active={n.id: n for n in notices}, withdrawn=frozenset(withdrawn), progress=progress or {},
-                     progress_at=progress_at, drain=DRAIN, arrivals=arrivals or {})
+    """``progress``: notice id -> the fields of its drain record (on BUDGET, received with the notice)."""
+    by_id = {n.id: n for n in notices}
+    records = {nid: record(by_id.get(nid), budget=BUDGET, **fields) for nid, fields in (progress or {}).items()}
+    return core.View(active=by_id, withdrawn=frozenset(withdrawn), progress=records,
+                     progress_at=progress_at, budget=BUDGET, arrivals=arrivals or {})
 
 
 def run(state, v, times):
@@ -42,7 +47,7 @@ def test_early_drain_is_done_with_the_whole_timeline():
     progress = {"n1": {"state": "done", "remaining": [],
                        "steps": {"cordoned": T0 + 0.6, "clients_told": T0 + 0.7, "evicted": T0 + 4.0,
                                  "node_empty": T0 + 5.0},
-                       "acks": {"trainer:42": {"status": "checkpointed", "at": T0 + 3.0}}}}
+                       "acks": {"trainer:42": ("checkpointed", T0 + 3.0)}}}
     state = core.new_state()
     emits = run(state, view(n, progress=progress, progress_at=T0 + 5.1,
                             arrivals={"n1": {"relay": T0 + 0.4, "metadata": T0 + 2.0}}), [5.2, 6.0, 50.0])
@@ -75,7 +80,7 @@ def test_escalations_are_announced_once_each_in_order():
     emits = run(state, view(n), [1.0, 10.5, 11.0, 41.0, 41.5, 115.0, 116.0])
     levels = [e.data["escalation"] for e in emits if e.type == "drain.escalated"]
     assert levels == ["checkpoint_over", "evict_over", "final"]
-    assert core.escalations(state, {"n1": n}) == {"n1": {"level": "final", "since": T0 + 115.0}}
+    assert core.escalations(state, {"n1": n}) == {"n1": Escalation("final", T0 + 115.0)}
 
 
 def test_a_done_notice_is_no_longer_escalated():
@@ -133,10 +138,27 @@ def test_clock_is_frozen_when_first_seen():
     n = notice(deadline_in=30.0)
     state = core.new_state()
     run(state, view(n), [1.0])
-    later = core.View(active={"n1": n}, drain={"margin_s": 20, "checkpoint_s": 1, "evict_s": 1})
+    later = core.View(active={"n1": n}, budget=budget(checkpoint_s=1, evict_s=1, margin_s=20))
     run(state, later, [15.0])
     assert state["clocks"]["n1"]["cutoff"] == T0 + 25.0
     assert not any(e.type == "drain.escalated" and e.data["escalation"] == "final" for e in run(state, later, [16.0]))
+
+
+def test_the_drain_records_budget_moves_a_clock_started_on_the_contract():
+    """Before the executor's record arrives the clock runs on the verifier's contract; the record says
+    which budget the drain actually started with, and the verdict is judged on that one."""
+    n = notice(deadline_in=120.0)
+    state = core.new_state()
+    run(state, view(n), [0.5])
+    assert state["clocks"]["n1"]["cutoff"] == T0 + 115.0
+    started_on = budget(checkpoint_s=40, evict_s=20, margin_s=30)
+    progress = {"n1": record(n, budget=started_on, steps={"cordoned": T0 + 1}, remaining=["ns/a"])}
+    emits = run(state, core.View(active={"n1": n}, progress=progress, progress_at=T0 + 2, budget=BUDGET), [2.0])
+    assert [e.type for e in emits] == ["verifier.clock_rebased"] and not emits[0].spool
+    assert (state["clocks"]["n1"]["checkpoint_at"], state["clocks"]["n1"]["cutoff"]) == (T0 + 40.4, T0 + 90.0)
+    late = core.View(active={"n1": n}, progress=progress, progress_at=T0 + 93, budget=BUDGET)
+    (v,) = verdicts(run(state, late, [93.0]))
+    assert v.data["margin_s"] == 30 and v.data["held_up_by"] == "evict"
 
 
 def test_counters_follow_what_happened():
@@ -165,11 +187,10 @@ def test_rejections_counted_once_across_watcher_restarts():
         'what="notice",reason="bad_json"': 4, 'what="contract",reason="bad_signature"': 1}
 
 
-def test_old_verdicts_of_gone_notices_are_forgotten_but_published_while_active():
+def test_old_verdicts_of_gone_notices_are_forgotten():
     state = core.new_state()
     n = notice(deadline_in=20.0)
     run(state, view(n), [1.0, 20.0])
-    assert set(core.published_verdicts(state, {"n1": n})) == {"n1"}
     run(state, view(withdrawn={"n1"}), [21.0])
     assert "n1" in state["verdicts"]
     run(state, view(), [core.VERDICT_MEMORY_S + 100])
@@ -203,17 +224,23 @@ FIELDS = st.fixed_dictionaries({}, optional={"state": JSON, "phase": JSON, "rema
 @fuzz(200)
 @given(raw=st.dictionaries(st.sampled_from(["n1", "other"]), FIELDS | JSON, max_size=2), t=st.floats(0, 400))
 def test_any_progress_message_is_judged_without_a_crash(raw, t):
-    """Whatever the executor publishes, the verifier keeps its clock and never raises."""
+    """Whatever the executor publishes (fields of a good record replaced by anything): the records the
+    codec accepts are judged, the verifier keeps its clock and never raises."""
     state = core.new_state()
     n = notice()
-    core.advance(state, view(n, progress=core.clean_progress(raw), progress_at=T0 + t), T0 + t)
-    core.advance(state, view(n, progress=core.clean_progress(raw), progress_at=T0 + t), T0 + t + 200)
+    good = record(n, budget=BUDGET).to_dict()
+    records, _ = decode_records({nid: {**good, **f} if isinstance(f, dict) else f for nid, f in raw.items()})
+    v = core.View(active={"n1": n}, progress=records, progress_at=T0 + t, budget=BUDGET)
+    core.advance(state, v, T0 + t)
+    core.advance(state, v, T0 + t + 200)
     assert len(state["verdicts"]) == 1
+    ujson.dumps(state)
 
 
-def test_absurd_times_are_dropped_not_overflowed():
-    raw = {"n1": {"steps": {"cordoned": 1e308, "node_empty": float("inf"), "evicted": True, "fallback": T0 + 2},
-                  "remaining": "ns/a", "acks": {"c": {"at": -1}, "d": 5}}}
-    clean = core.clean_progress(raw)["n1"]
-    assert clean["steps"] == {"fallback": T0 + 2} and clean["remaining"] is None
-    assert clean["acks"] == {"c": {"status": "", "at": 0.0}}
+def test_a_record_with_absurd_times_is_refused_not_overflowed():
+    """A step time past the year 9999 would overflow the timeline (and the state file's JSON)."""
+    good = record(notice(), budget=BUDGET, steps={"fallback": T0 + 2}, acks={"c": ("ok", -1e308)}).to_dict()
+    raw = {"n1": dict(good, steps={"cordoned": 1e308}), "n2": dict(good, steps={"evicted": True}), "n3": good}
+    records, refused = decode_records(raw)
+    assert set(refused) == {"n1", "n2"} and "steps" in refused["n1"]
+    assert records["n3"].steps == {"fallback": T0 + 2} and records["n3"].acks["c"].at == 0.0

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 from common.notice import Notice
+from common.wire import Escalation
+from tests.drain_records import budget, record
 from verifier.judge import PROGRESS_GRACE_S, escalation, held_up_by, judge, start_clock
 
 N = Notice(id="n1", kind="reclaim", node="me", instance_id="", issued_at=0.0, deadline=120.0,
            source="aws", received_at=1.0)
-DRAIN = {"margin_s": 5, "checkpoint_s": 20, "evict_s": 60}
-CLOCK = start_clock(N, DRAIN)
+BUDGET = budget(checkpoint_s=20, evict_s=60, margin_s=5)
+CLOCK = start_clock(N, BUDGET)
+
+
+def rec(steps, remaining=None, **fields):
+    return record(N, budget=BUDGET, steps=steps, remaining=remaining, **fields)
 AFTER = CLOCK.cutoff + 0.1   # a progress report sent after the cutoff
 
 
@@ -19,51 +25,52 @@ def test_clock_phases_follow_the_contract_from_receipt():
 def test_short_notice_squeezes_phases_to_the_cutoff():
     """A 30 s notice with a 100 s contract: every phase ends by the cutoff, in order."""
     short = Notice("g", "reclaim", "me", "", 0.0, 30.0, "gcp", received_at=0.5)
-    c = start_clock(short, {"margin_s": 10, "checkpoint_s": 40, "evict_s": 50})
+    c = start_clock(short, budget(checkpoint_s=40, evict_s=50, margin_s=10))
     assert c.checkpoint_at == c.evict_at == c.cutoff == 20.0
 
 
-def test_bad_contract_values_fall_back_to_defaults():
-    c = start_clock(N, {"margin_s": "x", "checkpoint_s": -1})
-    assert c.margin_s == 5.0 and c.checkpoint_at == 16.0
+def test_the_drain_records_receipt_is_the_clocks():
+    """The executor's drain started when it received the notice: its record's time is the one to time by."""
+    c = start_clock(N, BUDGET, received_at=3.0)
+    assert (c.received_at, c.checkpoint_at, c.evict_at, c.cutoff) == (3.0, 23.0, 83.0, 115.0)
 
 
 def test_escalation_levels_in_order():
     assert escalation(CLOCK, 20.0) is None
-    assert escalation(CLOCK, 21.0) == ("checkpoint_over", 21.0)
-    assert escalation(CLOCK, 90.0) == ("evict_over", 81.0)
-    assert escalation(CLOCK, 200.0) == ("final", 115.0)
+    assert escalation(CLOCK, 21.0) == Escalation("checkpoint_over", 21.0)
+    assert escalation(CLOCK, 90.0) == Escalation("evict_over", 81.0)
+    assert escalation(CLOCK, 200.0) == Escalation("final", 115.0)
 
 
 def test_open_before_cutoff():
-    assert judge(CLOCK, {"steps": {"cordoned": 2.0}, "remaining": ["a/b"]}, 50.0, now=50.0) is None
+    assert judge(CLOCK, rec({"cordoned": 2.0}, ["a/b"]), 50.0, now=50.0) is None
 
 
 def test_done_when_empty_before_cutoff():
-    v = judge(CLOCK, {"steps": {"cordoned": 2.0, "node_empty": 30.0}}, 30.0, now=30.1)
+    v = judge(CLOCK, rec({"cordoned": 2.0, "node_empty": 30.0}), 30.0, now=30.1)
     assert v.outcome == "done" and v.finished_at == 30.0 and v.held_up_by == ""
 
 
 def test_done_when_the_scheduler_reports_nothing_left():
     """No node_empty step yet, but the executor read the scheduler and nothing counts: done as of that report."""
-    v = judge(CLOCK, {"steps": {"cordoned": 2.0}, "remaining": []}, 40.0, now=40.2)
+    v = judge(CLOCK, rec({"cordoned": 2.0}, []), 40.0, now=40.2)
     assert v.outcome == "done" and v.finished_at == 40.0
 
 
 def test_nothing_left_before_cordon_is_not_done():
     """Empty but not cordoned: new work could still land, so not done."""
-    assert judge(CLOCK, {"steps": {}, "remaining": []}, 40.0, now=40.2) is None
+    assert judge(CLOCK, rec({}, []), 40.0, now=40.2) is None
 
 
 def test_overrun_at_cutoff_names_what_is_left_and_the_step():
-    progress = {"steps": {"cordoned": 2.0, "clients_told": 2.1, "evicted": 90.0}, "remaining": ["ns/p1"]}
+    progress = rec({"cordoned": 2.0, "clients_told": 2.1, "evicted": 90.0}, ["ns/p1"])
     v = judge(CLOCK, progress, AFTER, now=AFTER)
     assert (v.outcome, v.held_up_by, v.left) == ("overrun", "evict", ("ns/p1",))
 
 
 def test_overrun_waits_for_a_report_from_after_the_cutoff():
     """A node that emptied just before the cutoff is not called overrun on stale news."""
-    progress = {"steps": {"cordoned": 2.0}, "remaining": ["ns/p1"]}
+    progress = rec({"cordoned": 2.0}, ["ns/p1"])
     assert judge(CLOCK, progress, CLOCK.cutoff - 0.5, now=CLOCK.cutoff + 0.1) is None
     v = judge(CLOCK, progress, CLOCK.cutoff - 0.5, now=CLOCK.cutoff + PROGRESS_GRACE_S)
     assert v.outcome == "overrun"
@@ -71,19 +78,19 @@ def test_overrun_waits_for_a_report_from_after_the_cutoff():
 
 def test_empty_after_cutoff_is_overrun_blaming_the_step_at_the_cutoff():
     """Seen only after a verifier restart: late, and the step running at the cutoff is named."""
-    progress = {"steps": {"cordoned": 2.0, "requeued": 100.0, "node_empty": 116.0}, "remaining": []}
+    progress = rec({"cordoned": 2.0, "requeued": 100.0, "node_empty": 116.0}, [])
     v = judge(CLOCK, progress, 130.0, now=130.0, move_step="requeue")
     assert (v.outcome, v.held_up_by, v.finished_at) == ("overrun", "requeue", 116.0)
 
 
 def test_steps_after_the_cutoff_do_not_count_for_the_blame():
-    progress = {"steps": {"cordoned": 2.0, "clients_told": 3.0, "fallback": 117.0}, "remaining": ["x"]}
+    progress = rec({"cordoned": 2.0, "clients_told": 3.0, "fallback": 117.0}, ["x"])
     assert held_up_by(CLOCK, progress, "evict") == "checkpoint"
 
 
 def test_blame_order():
-    def held(steps, phase=None, move="evict"):
-        return held_up_by(CLOCK, {"steps": steps, "phase": phase}, move)
+    def held(steps, phase="", move="evict"):
+        return held_up_by(CLOCK, rec(steps, phase=phase), move)
     assert held({}) == "cordon"
     assert held({"cordoned": 1}) == "evict"
     assert held({"cordoned": 1}, move="requeue") == "requeue"
@@ -101,12 +108,12 @@ def test_overrun_without_progress_blames_cordon():
 
 def test_notice_received_after_its_cutoff_blames_the_notice():
     late = Notice("l", "reclaim", "me", "", 0.0, 120.0, "aws", received_at=118.0)
-    c = start_clock(late, DRAIN)
-    v = judge(c, {"steps": {}, "remaining": None}, 118.5, now=118.5)
+    c = start_clock(late, BUDGET)
+    v = judge(c, rec({}), 118.5, now=118.5)
     assert (v.outcome, v.held_up_by) == ("overrun", "notice")
-    assert escalation(c, 118.5) == ("final", 115.0)
+    assert escalation(c, 118.5) == Escalation("final", 115.0)
 
 
 def test_cordon_only_policy_is_done_once_cordoned():
-    v = judge(CLOCK, {"state": "cordoned_only", "steps": {"cordoned": 3.0}}, 3.1, now=3.1)
+    v = judge(CLOCK, rec({"cordoned": 3.0}, state="cordoned_only"), 3.1, now=3.1)
     assert v.outcome == "done"

@@ -7,6 +7,8 @@ import time
 import pytest
 import ujson
 
+from common.timefmt import format_rfc3339, parse_rfc3339
+from tests.drain_records import budget, record_dict
 from tests.procutil import at_least, wait_for
 from tests.verifier.promtext import parse, value
 from tests.verifier.rig import Peers, VerifierProcess, notice_dict
@@ -27,13 +29,22 @@ def rig(tmp_path):
     peers.close()
 
 
+def running(peers: Peers, nid: str, **fields) -> None:
+    """The executor's record of the drain of notice ``nid`` (on the contract's budget unless given)."""
+    notice = next(n for n in peers.active if n["id"] == nid)
+    drain = dict(peers.contract["drain"]) if "budget" not in fields else fields.pop("budget")
+    with peers.lock:
+        peers.progress[nid] = record_dict(budget=budget(drain["checkpoint_s"], drain["evict_s"], drain["margin_s"],
+                                                        drain["budget_s"]),
+                                          received_at=notice["received_at"], **fields)
+
+
 def finish(peers: Peers, nid: str) -> None:
     """The executor reports a drain that emptied the node just now."""
     now = time.time()
-    with peers.lock:
-        peers.progress[nid] = {"kind": "reclaim", "state": "done", "remaining": [],
-                               "steps": {"cordoned": now - 0.3, "clients_told": now - 0.2, "node_empty": now},
-                               "acks": {"job:7": {"status": "checkpointed", "at": now - 0.1}}}
+    running(peers, nid, state="done", remaining=[],
+            steps={"cordoned": now - 0.3, "clients_told": now - 0.2, "node_empty": now},
+            acks={"job:7": ("checkpointed", now - 0.1)})
 
 
 def test_early_drain_done_with_timeline_and_metrics(rig, tmp_path):
@@ -48,7 +59,6 @@ def test_early_drain_done_with_timeline_and_metrics(rig, tmp_path):
     assert set(tl["received"]) == {"relay"} and abs(tl["received"]["relay"] - 50) <= 1   # ms rounding of issued_at
     assert tl["checkpoint_acks"][0]["client"] == "job:7"
     assert tl["issued"] == 0 < tl["cordoned"] < tl["clients_told"] < tl["node_empty"] <= tl["verdict"]
-    assert wait_for(lambda: peers.verdicts.get("n1", {}).get("outcome") == "done", 5, "the verdict published")
     prom = tmp_path / "sco_agent.prom"
     fams = wait_for(lambda: prom.exists() and parse(prom.read_text()), 5, "the metrics textfile")
     assert value(fams, "sco_agent_verdicts_total", outcome="done", held_up_by="none") == 1
@@ -59,12 +69,11 @@ def test_early_drain_done_with_timeline_and_metrics(rig, tmp_path):
 
 def test_never_empty_is_overrun_with_escalation_published(rig):
     peers, v = rig
-    peers.contract["drain"] = {"budget_s": 30, "checkpoint_s": 1, "evict_s": 30, "margin_s": 2}
+    peers.contract["drain"] = {"budget_s": 33, "checkpoint_s": 1, "evict_s": 30, "margin_s": 2}
     v.start()
     now = time.time()
     peers.active = [notice_dict("n2", now + 6)]               # checkpoint over at +1 s, cutoff at +4 s
-    peers.progress["n2"] = {"state": "running", "remaining": ["ns/stuck"],
-                            "steps": {"cordoned": now + 0.1, "clients_told": now + 0.2}}
+    running(peers, "n2", remaining=["ns/stuck"], steps={"cordoned": now + 0.1, "clients_told": now + 0.2})
     wait_for(lambda: peers.escalate.get("n2", {}).get("level") == "checkpoint_over", 10, "checkpoint_over")
     (ev,) = wait_for(lambda: peers.verdict_events("n2"), 10, "an overrun")
     assert ev["type"] == "drain.overrun"
@@ -81,7 +90,7 @@ def test_sigkill_before_and_after_the_cutoff_gives_exactly_one_verdict(rig):
     v.start()
     cutoff = time.time() + 3.0
     peers.active = [notice_dict("a", cutoff + 2), notice_dict("b", cutoff + 2)]
-    peers.progress["b"] = {"state": "running", "remaining": ["ns/x"], "steps": {"cordoned": time.time()}}
+    running(peers, "b", remaining=["ns/x"], steps={"cordoned": time.time()})
     wait_for(lambda: len(peers.of_type("verifier.clock_started")) == 2, 10, "both clocks started")
     v.kill()                                       # before the cutoff
     v.start()
@@ -129,7 +138,7 @@ def test_a_verdict_the_spool_never_acked_is_sent_again_after_sigkill(rig):
     v.start()
     peers.active = [notice_dict("n3", time.time() + 60)]
     finish(peers, "n3")
-    wait_for(lambda: peers.verdicts.get("n3"), 10, "the verdict published on verifier.pub")
+    wait_for(lambda: "n3" in read_state(v)["verdicts"], 10, "the verdict persisted")
     v.kill()
     state = read_state(v)
     pending = [e for e in state["unacked"].values() if e["type"] == "drain.done"]
@@ -153,3 +162,37 @@ def test_rejections_from_the_watcher_reach_the_textfile(rig, tmp_path):
         return value(fams, "sco_agent_rejections_total", what="notice", reason="bad_json") == 3
     wait_for(rejected, 10, "3 rejections in the textfile")
     assert v.stop() == 0
+
+
+def test_a_drain_is_judged_on_the_budget_it_started_with(rig):
+    """The contract changed after the executor started the drain, which keeps its budget to the end: the
+    verifier judges by that budget (the drain record's), not by the contract it has now."""
+    peers, v = rig
+    v.start()   # the contract: checkpoint 1 s, evict 1 s, margin 2 s
+    deadline = time.time() + 60
+    peers.active = [notice_dict("n5", deadline)]
+    started_on = {"budget_s": 60, "checkpoint_s": 40, "evict_s": 10, "margin_s": 10}
+    running(peers, "n5", budget=started_on, remaining=["ns/a"], steps={"cordoned": time.time()})
+    wait_for(lambda: peers.of_type("verifier.clock_started", "n5"), 10, "the clock started")
+    now = time.time()
+    running(peers, "n5", budget=started_on, state="done", remaining=[],
+            steps={"cordoned": now - 0.3, "node_empty": now})
+    (ev,) = wait_for(lambda: peers.verdict_events("n5"), 10, "the verdict")
+    cutoff = parse_rfc3339(peers.active[0]["deadline"]) - 10
+    assert (ev["data"]["margin_s"], ev["data"]["cutoff"]) == (10, format_rfc3339(cutoff))
+    assert peers.of_type("drain.escalated", "n5") == []   # 40 s to checkpoint: nothing passed yet
+
+
+def test_before_any_drain_record_the_clock_runs_on_the_builtin_contract_not_on_private_defaults(rig):
+    """No contract heard and no drain record: the executor drains on the built-in contract (10 s to
+    checkpoint, 10 s to evict, 5 s margin), so that is what the verifier times the notice by."""
+    peers, v = rig
+    peers.contract = None
+    v.start()
+    n = notice_dict("n6", time.time() + 60)
+    peers.active = [n]
+    (ev,) = wait_for(lambda: peers.of_type("verifier.clock_started", "n6"), 15, "the clock started")
+    received = n["received_at"]
+    assert ev["data"]["checkpoint_by"] == format_rfc3339(received + 10)
+    assert ev["data"]["evict_by"] == format_rfc3339(received + 20)
+    assert ev["data"]["margin_s"] == 5

@@ -14,9 +14,12 @@ from common.config import load
 from common.log import Logger
 from common.notice import notice_from_dict
 from tests.agent_rig import write_config
+from tests.drain_records import budget, record
 from tests.procutil import wait_for
 from tests.verifier.rig import notice_dict
 from verifier.__main__ import Verifier
+
+BUDGET = budget(checkpoint_s=1, evict_s=1, margin_s=1)
 
 
 @pytest.fixture
@@ -66,8 +69,8 @@ def test_judged_state_is_on_disk_before_anything_is_sent(shell, monkeypatch):
     deliver(v, wpub, ipc.encode(ipc.T_NOTICE, {"active": [notice_dict("n1", now + 3)], "withdrawn": []}),
             lambda: "n1" in v.active)
     v.heard |= {ipc.T_CONTRACT, ipc.T_PROGRESS}
-    v.contract = {"drain": {"margin_s": 1, "checkpoint_s": 1, "evict_s": 1}}
-    v.progress, v.progress_at = {"n1": {"steps": {"cordoned": now}, "remaining": ["job/7"]}}, now + 10
+    n = v.active["n1"]
+    v.progress, v.progress_at = {"n1": record(n, budget=BUDGET, steps={"cordoned": now}, remaining=["job/7"])}, now + 10
     on_disk_at_send = []
     real_send = ipc.send
 
@@ -140,8 +143,8 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
         monkeypatch.setattr(ipc, "send", lambda sock, topic, body: sent.append(body.get("type")) or True)
         v.active = {"n1": notice_from_dict(notice)}
         v.heard |= {ipc.T_NOTICE, ipc.T_CONTRACT, ipc.T_PROGRESS}
-        v.contract = {"drain": {"margin_s": 1, "checkpoint_s": 1, "evict_s": 1}}
-        v.progress, v.progress_at = {"n1": {"steps": {"cordoned": now, "node_empty": now}, "remaining": []}}, at
+        v.progress, v.progress_at = {"n1": record(v.active["n1"], budget=BUDGET, remaining=[],
+                                                  steps={"cordoned": now, "node_empty": now})}, at
         v.check(at)
         monkeypatch.undo()
         return [t for t in sent if t in ("drain.done", "drain.overrun")]

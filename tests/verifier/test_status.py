@@ -10,14 +10,15 @@ from agentctl import __main__ as ctl
 from agentctl.status import contract_view, parse_processes, render_text, summarize
 from common.timefmt import format_rfc3339
 from tests.agent_rig import write_config
+from tests.drain_records import budget, record_dict
 
 NOW = 1_800_000_000.0
 NOTICE = {"id": "n1", "kind": "reclaim", "node": "node-a", "instance_id": "i-1",
           "issued_at": format_rfc3339(NOW - 10), "deadline": format_rfc3339(NOW + 110), "source": "aws",
           "channel": "relay", "received_at": NOW - 9.5, "detail": ""}
-DRAINS = {"n1": {"state": "running", "remaining": ["ns/a", "ns/b"],
-                 "steps": {"cordoned": NOW - 9.0, "clients_told": NOW - 8.9},
-                 "acks": {"job:1": {"status": "checkpointed", "at": NOW - 5.0}}}}
+DRAINS = {"n1": record_dict(budget=budget(checkpoint_s=40, evict_s=50, margin_s=10), received_at=NOW - 9.5,
+                           remaining=["ns/a", "ns/b"], steps={"cordoned": NOW - 9.0, "clients_told": NOW - 8.9},
+                           acks={"job:1": ("checkpointed", NOW - 5.0)})}
 VERIFIER = {"verdicts": {"old": {"notice_id": "old", "outcome": "overrun", "at": NOW - 3600, "held_up_by": "evict",
                                  "left": ["ns/z"], "left_count": 1, "timeline_ms": {"issued": 0, "node_empty": 125000}}}}
 CONTRACT = {"serial": 7, "hall": "fra1", "drain": {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10}}

@@ -9,6 +9,7 @@ import zmq
 
 from common import ipc
 from common.timefmt import format_rfc3339
+from tests.drain_records import record_dict
 from tests.nats_rig import NatsServer
 from tests.procutil import free_port, wait_for
 from tests.watcher.rig import WatcherRig
@@ -177,7 +178,7 @@ def test_azure_event_is_acknowledged_once_after_the_drain(emu, rig_factory):
     executor = ipc.bind(rig.ctx, zmq.PUB, rig.run_dir, ipc.EXECUTOR_PUB)
     try:
         def acked() -> bool:
-            ipc.send(executor, ipc.T_PROGRESS, {"notices": {held["id"]: {"kind": "reclaim", "state": "done"}}})
+            ipc.send(executor, ipc.T_PROGRESS, {"notices": {held["id"]: record_dict(state="done")}})
             return bool(emu.azure_acks()["acks"])
         wait_for(acked, 10, "the acknowledgement", interval=0.2)
         rounds = rig.sub.counters().get("duplicate.metadata", 0)

@@ -6,7 +6,7 @@ an AWS maintenance event the provider canceled.
 """
 from __future__ import annotations
 
-from executor.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
+from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
 from tests.procutil import wait_for
 from tests.stack import NODE, Stack
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from executor.slurm import PidRow
+from executor.slurm.cli import PidRow
 
 PROC = "/proc"
 MAX_ENVIRON = 1 << 20

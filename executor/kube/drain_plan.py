@@ -16,9 +16,9 @@
   usually covers, and a wrong guess only costs speed -- the server still
   enforces every budget.
 
-``deadlines`` and ``grace_for`` put the contract's clock on it: the phase ends
-(the same as the verifier's) and the grace period an eviction may ask for;
-``ApiHealth`` and ``down_after`` decide when the API server counts as down.
+``grace_for`` puts the contract's clock on it (the phase ends themselves are
+``common.wire.phase_ends``, the verifier's too): the grace period an eviction may
+ask for; ``ApiHealth`` and ``down_after`` decide when the API server counts as down.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from executor.pod_filters import pod_key, pods_that_count
+from executor.kube.pod_filters import pod_key, pods_that_count
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 CRITICAL_PRIORITY = 2_000_000_000   # both system classes are at or above this
@@ -69,25 +69,6 @@ class Plan:
 
 
 EMPTY_PLAN = Plan({}, ())
-
-
-@dataclass(frozen=True, slots=True)
-class Deadlines:
-    """A notice's phase ends on our clock (epoch seconds), computed as the verifier does."""
-
-    checkpoint_by: float   # workloads that registered on the agent socket may checkpoint until then
-    evict_at: float        # eviction by the book ends: PDB-blocked pods are then deleted or reported
-    cutoff: float          # deadline - margin: the node must be empty by then
-
-
-def deadlines(received_at: float, deadline: float, checkpoint_s: float, evict_s: float,
-              margin_s: float) -> Deadlines:
-    """Checkpoint, evict, margin, in that order from receipt; every end clamped to the cutoff, so
-    a short notice squeezes the later phases instead of running past the deadline."""
-    cut = deadline - margin_s
-    checkpoint_by = min(received_at + checkpoint_s, cut)
-    evict_at = max(min(received_at + checkpoint_s + evict_s, cut), checkpoint_by)
-    return Deadlines(checkpoint_by, evict_at, cut)
 
 
 def grace_for(own_grace_s: int, now: float, cutoff: float) -> int | None:

@@ -5,9 +5,10 @@ cordon and taint, then list / decide / evict until the node is empty -- and a
 small pool of worker threads (``workers``, 8 by default) sends the evictions,
 each over its own connection. Every decision is the pure core's
 (``eviction_book``, ``drain_plan``); this module only does the calls, keeps
-time, and reports what happened to the executor's loop as ``Report`` values
-on a queue (the loop persists, spools and publishes them), so the loop keeps
-serving ZeroMQ and the agent socket whatever the API server does.
+time, and reports what happened to the executor's loop in the one report
+vocabulary of ``executor.scheduler`` (the loop persists, spools and publishes
+it), so the loop keeps serving ZeroMQ and the agent socket whatever the API
+server does.
 
 When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in
 a row spanning ``down_after_s``, bounded by the contract), the drain goes
@@ -19,19 +20,21 @@ what is left, ``drain.reconciled``) and carries on.
 """
 from __future__ import annotations
 
-import os
+import copy
 import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from executor import kube_drain
-from executor.drain_plan import ApiHealth, Deadlines, pdb_from_causes
-from executor.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
-from executor.kube import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
+from common.wire import DrainState, Phase, PhaseEnds, Step
+from executor.kube import node_steps
+from executor.kube.api import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
+from executor.kube.drain_plan import ApiHealth, pdb_from_causes
+from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
+from executor.scheduler import Announce, InPhase, Log, NewState, Remaining, Remember, Report, StepDone
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -54,35 +57,23 @@ class DrainSpec:
     deadline: float
     deadline_text: str
     received_at: float
-    deadlines: Deadlines
+    ends: PhaseEnds
     taint_key: str
-    policy: str                           # drain | cordon
+    cordon_only: bool                     # cordon (and taint) only: move no pod
     pdb_blocked: str                      # delete | report
     exclude_from_lb: bool
     down_after_s: float
     fallback_command: tuple[str, ...] = ()
     steps_done: frozenset[str] = frozenset()
-    evicted: frozenset[str] = frozenset()   # pod UIDs an earlier run evicted
-    deleted: frozenset[str] = frozenset()
-    reported: frozenset[str] = frozenset()
+    evicted: Mapping[str, str] = field(default_factory=dict)   # pod uid -> ns/name an earlier run evicted
+    deleted: Mapping[str, str] = field(default_factory=dict)
+    reported: tuple[str, ...] = ()                             # uids reported as PDB-blocked
     dry_run: bool = False
     workers: int = WORKERS
 
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """One thing that happened, for the executor's loop.
-
-    kind: ``step`` (a drain step: ``name`` the step, ``event`` its event type), ``event`` (a
-    per-pod event), ``remaining`` (data["pods"]), ``phase``, ``state`` (the drain's new state),
-    ``log`` (a warning worth a log line, not an event).
-    """
-
-    notice_id: str
-    kind: str
-    name: str = ""
-    event: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+    def memo(self) -> dict[str, Any]:
+        """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
+        return {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
 
 
 class Stopped(Exception):
@@ -99,6 +90,7 @@ class DrainRunner:
         self._clock = clock
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
+        self._memo = spec.memo()
         self._local = threading.local()
         self._health = ApiHealth()
         self._answers: queue.Queue[tuple[str, Answer]] = queue.Queue()
@@ -123,24 +115,24 @@ class DrainRunner:
         return self._thread.is_alive()
 
     # -- reporting ------------------------------------------------------------------------
-    def _report(self, kind: str, name: str = "", event: str = "", **data: Any) -> None:
-        self._report_fn(Report(self.spec.notice_id, kind, name, event, data))
+    def _report(self, r: Report) -> None:
+        self._report_fn(r)
 
     def _set_phase(self, phase: str) -> None:
         if phase != self._phase:
             self._phase = phase
-            self._report("phase", phase)
+            self._report(InPhase(self.spec.notice_id, phase))
 
     def _warn(self, name: str, error: str) -> None:
         """A warning for the log, once per distinct message (a step retried every 0.5 s must not
         flood it)."""
         if self._last_log.get(name) != error:
             self._last_log[name] = error
-            self._report("log", name, error=error[:300])
+            self._report(Log(self.spec.notice_id, name, {"error": error[:300]}))
 
-    def _step(self, step: str, event: str, **data: Any) -> None:
+    def _step(self, step: str, event: str = "", **data: Any) -> None:
         self._steps.add(step)
-        self._report("step", step, event, **data)
+        self._report(StepDone(self.spec.notice_id, step, event, data))
 
     def _wait(self, seconds: float) -> None:
         if self._stop.wait(max(0.0, seconds)):
@@ -151,14 +143,14 @@ class DrainRunner:
         api = self._make_api()
         try:
             self._node_steps(api)
-            if self.spec.policy != "drain":
-                self._report("state", "cordoned_only")
+            if self.spec.cordon_only:
+                self._report(NewState(self.spec.notice_id, DrainState.CORDONED_ONLY))
                 return
             self._evict_all(api)
         except Stopped:
             pass
         except Exception as e:  # noqa: BLE001 -- report, and let the loop start a new runner
-            self._report("log", "drain.crashed", error=f"{type(e).__name__}: {e}"[:500])
+            self._report(Log(self.spec.notice_id, "drain.crashed", {"error": f"{type(e).__name__}: {e}"[:500]}))
         finally:
             api.close()
 
@@ -178,24 +170,23 @@ class DrainRunner:
     def _node_steps(self, api: KubeApi) -> None:
         s = self.spec
         if self.spec.dry_run:
-            self._report("log", "drain.dry_run", action="cordon+taint", taint_key=s.taint_key)
+            self._report(Announce(s.notice_id, "drain.dry_run", {"action": "cordon+taint", "taint_key": s.taint_key}))
             return
-        if s.exclude_from_lb and "lb_excluded" not in self._steps:
-            self._set_phase("cordon")
-            self._call_node(api, lambda: kube_drain.exclude_from_lb(api))
-            self._steps.add("lb_excluded")
-            self._report("step", "lb_excluded")
-        if "cordoned" not in self._steps:
-            self._set_phase("cordon")
-            done = self._call_node(api, lambda: kube_drain.cordon_and_taint(
+        if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
+            self._set_phase(Phase.CORDON)
+            self._call_node(api, lambda: node_steps.exclude_from_lb(api))
+            self._step(Step.LB_EXCLUDED)
+        if Step.CORDONED not in self._steps:
+            self._set_phase(Phase.CORDON)
+            done = self._call_node(api, lambda: node_steps.cordon_and_taint(
                 api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
-            self._step("cordoned", "drain.cordoned", taint_key=s.taint_key,
-                       lb_excluded="lb_excluded" in self._steps, **done)
+            self._step(Step.CORDONED, "drain.cordoned", taint_key=s.taint_key,
+                       lb_excluded=Step.LB_EXCLUDED in self._steps, **done)
 
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
-        book = EvictionBook(s.deadlines, s.received_at, s.pdb_blocked, evicted=s.evicted, deleted=s.deleted,
-                            reported=s.reported)
+        book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.evicted),
+                            deleted=frozenset(s.deleted), reported=frozenset(s.reported))
         # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
         # uses (docs/footprint.md); the first drain pays it.
         from concurrent.futures import ThreadPoolExecutor
@@ -210,7 +201,7 @@ class DrainRunner:
                     raise Stopped()
                 now = self._clock()
                 if now > s.deadline + LINGER_S:
-                    self._report("state", "ended")
+                    self._report(NewState(s.notice_id, DrainState.ENDED))
                     return
                 try:
                     if now - pdbs_at >= PDB_REFRESH_S:
@@ -228,16 +219,16 @@ class DrainRunner:
                 book.observe(pods, pdbs)
                 remaining = book.remaining()
                 if remaining != last_remaining:
-                    self._report("remaining", pods=remaining)
+                    self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
                 if book.empty() and not book.in_flight():
-                    self._step("node_empty", "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
-                    self._report("state", "done")
+                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
+                    self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 if s.dry_run:
-                    self._report("log", "drain.dry_run", action="evict", pods=remaining)
+                    self._report(Announce(s.notice_id, "drain.dry_run", {"action": "evict", "pods": remaining}))
                     return
-                self._set_phase("checkpoint" if book.holding(now, self.inputs) else "evict")
+                self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
                 self._exchange(book, pool, now + LIST_INTERVAL_S)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -267,10 +258,21 @@ class DrainRunner:
             self._forward(book.answer(uid, answer, self._clock()))
 
     def _forward(self, emits: list[Emit]) -> None:
+        """The book's events to the loop; what a restart must not do again goes into the memo."""
         for e in emits:
-            if e.event == "drain.evicted":
-                self._evicted += 1
-            self._report("event", event=e.event, **e.data)
+            nid, uid, pod = self.spec.notice_id, str(e.data.get("uid", "")), str(e.data.get("pod", ""))
+            self._report(Announce(nid, e.event, e.data))
+            if e.event in ("drain.evicted", "drain.deleted"):
+                step = Step.EVICTED if e.event == "drain.evicted" else Step.DELETED
+                if step == Step.EVICTED:
+                    self._evicted += 1
+                self._memo[step][uid] = pod
+                self._report(StepDone(nid, step))
+            elif e.event == "drain.eviction_blocked":
+                self._memo["reported"].append(uid)
+            else:
+                continue
+            self._report(Remember(nid, copy.deepcopy(self._memo)))
 
     def _pdbs(self, api: KubeApi) -> list[dict[str, Any]] | None:
         try:
@@ -312,10 +314,10 @@ class DrainRunner:
         if not self._health.down(now, self.spec.down_after_s):
             return
         down_since = self._health.since or now
-        if "fallback" not in self._steps:
-            self._step("fallback", "drain.fallback", error=error[:300], **self._run_fallback(),
+        if Step.FALLBACK not in self._steps:
+            self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **self._run_fallback(),
                        down_for_ms=round((now - down_since) * 1000))
-        self._set_phase("fallback")
+        self._set_phase(Phase.FALLBACK)
         while True:
             try:
                 api.get_node()
@@ -345,63 +347,8 @@ class DrainRunner:
         detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
         try:
             if not s.dry_run:
-                detail.update(kube_drain.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
-            detail["remaining"] = kube_drain.remaining_pods(api)
+                detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            detail["remaining"] = node_steps.remaining_pods(api)
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
-        self._step("reconciled", "drain.reconciled", **detail)
-
-
-class WithdrawRunner:
-    """Undo a withdrawn notice's cordon, taint and label off the loop: retried until the server
-    agrees, then ``drain.uncordoned`` and the state ``withdrawn``."""
-
-    def __init__(self, notice_id: str, taint_key: str, make_api: Callable[[], KubeApi],
-                 report: Callable[[Report], None], dry_run: bool = False) -> None:
-        self.notice_id, self.taint_key, self.dry_run = notice_id, taint_key, dry_run
-        self._make_api, self._report = make_api, report
-        # Set before the reports go out: the loop may see the thread gone before it has read them.
-        self.succeeded = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"withdraw-{notice_id[:16]}", daemon=True)
-
-    def start(self) -> WithdrawRunner:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def _main(self) -> None:
-        api = self._make_api()
-        last = ""
-        try:
-            while not self._stop.is_set():
-                try:
-                    if self.dry_run:
-                        self._report(Report(self.notice_id, "log", "drain.dry_run", data={"action": "uncordon"}))
-                    else:
-                        kube_drain.uncordon(api, self.taint_key, self.notice_id)
-                    self.succeeded = True
-                    self._report(Report(self.notice_id, "step", "uncordoned", "drain.uncordoned"))
-                    self._report(Report(self.notice_id, "state", "withdrawn"))
-                    return
-                except (Unreachable, KubeError, NotOwnNode) as e:
-                    if str(e) != last:
-                        last = str(e)
-                        self._report(Report(self.notice_id, "log", "drain.uncordon_failed", data={"error": last[:300]}))
-                self._stop.wait(PROBE_INTERVAL_S)
-        finally:
-            api.close()
-
-
-def wake_pipe() -> tuple[int, int]:
-    """A non-blocking pipe: runners write a byte after each report so the loop's poll wakes."""
-    r, w = os.pipe()
-    os.set_blocking(r, False)
-    os.set_blocking(w, False)
-    return r, w
+        self._step(Step.RECONCILED, "drain.reconciled", **detail)

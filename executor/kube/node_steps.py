@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from executor.kube import Conflict, KubeApi, KubeError
-from executor.node_patch import cordon_patch, exclude_lb_patch, withdraw_patch
-from executor.pod_filters import pod_key, pods_that_count
+from executor.kube.api import Conflict, KubeApi, KubeError
+from executor.kube.node_patch import cordon_patch, exclude_lb_patch, withdraw_patch
+from executor.kube.pod_filters import pod_key, pods_that_count
 
 CONFLICT_RETRIES = 8
 

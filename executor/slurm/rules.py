@@ -1,57 +1,41 @@
 """The Slurm drain's decisions, as pure functions over plain data (the clock passed in).
 
-``executor.slurm_drain`` runs the recipe and does the I/O; everything it decides --
-the DRAIN reason, the cutoffs and the phase, which jobs to signal, requeue or kill,
-what is left, whether a withdrawal may RESUME the node -- is decided here and
-tested without a cluster. ``memo`` is the drain's persisted record (``rec["slurm"]``):
-job ids are strings there, because they are JSON object keys.
+``executor.slurm.recipe`` runs the recipe and does the I/O; everything it decides --
+the DRAIN reason, the phase (from ``common.wire.phase_ends``, the verifier's clock
+too), which jobs to signal, requeue or kill, what is left, whether a withdrawal may
+RESUME the node -- is decided here and tested without a cluster. ``memo`` is the
+drain's persisted memory (the record's ``slurm`` key): job ids are strings there,
+because they are JSON object keys.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from common.contract import SlurmPolicy
-from common.notice import Notice
 from common.timefmt import format_rfc3339
-from executor.slurm import NodeInfo
+from common.wire import CHECKPOINT_OVER, EVICT_OVER, FINAL, PhaseEnds
+from executor.slurm.cli import NodeInfo
 
 REASON_PREFIX = "sco-agent notice "
 EVICT_RETRY_S = 5.0   # a job still RUNNING this long after its requeue: the requeue did not land
 PHASES = ("checkpoint", "evict", "kill")
-_LEVEL_PHASE = {"checkpoint_over": "evict", "evict_over": "kill", "final": "kill"}
+_LEVEL_PHASE = {CHECKPOINT_OVER: "evict", EVICT_OVER: "kill", FINAL: "kill"}
 
 
-def drain_reason(n: Notice) -> str:
+def drain_reason(notice_id: str, kind: str, deadline: float) -> str:
     """The DRAIN reason: names the notice, and marks the drain as the agent's own (for RESUME)."""
-    return f"{REASON_PREFIX}{n.id} {n.kind} deadline {format_rfc3339(n.deadline)}"
+    return f"{REASON_PREFIX}{notice_id} {kind} deadline {format_rfc3339(deadline)}"
 
 
 def is_agent_reason(reason: str) -> bool:
     return reason.startswith(REASON_PREFIX)
 
 
-@dataclass(frozen=True, slots=True)
-class Cutoffs:
-    checkpoint_by: float  # until then jobs checkpoint; then requeue
-    evict_by: float       # then SIGKILL whatever is still on the node
-
-
-def cutoffs(received_at: float, deadline: float, budget: dict[str, Any]) -> Cutoffs:
-    """The contract's phases from receipt, each clamped to the cutoff (deadline - margin).
-
-    The same moments the verifier escalates at and the agent socket's ``checkpoint_by``.
-    """
-    cut = deadline - budget["margin_s"]
-    checkpoint_by = min(received_at + budget["checkpoint_s"], cut)
-    evict_by = min(received_at + budget["checkpoint_s"] + budget["evict_s"], cut)
-    return Cutoffs(checkpoint_by, max(evict_by, checkpoint_by))
-
-
-def phase_at(c: Cutoffs, now: float, level: str | None) -> str:
+def phase_at(ends: PhaseEnds, now: float, level: str | None) -> str:
     """checkpoint | evict | kill: by our own clock or the verifier's level, whichever is further."""
-    own = "checkpoint" if now < c.checkpoint_by else "evict" if now < c.evict_by else "kill"
+    own = "checkpoint" if now < ends.checkpoint_by else "evict" if now < ends.evict_at else "kill"
     told = _LEVEL_PHASE.get(level or "", "checkpoint")
     return max(own, told, key=PHASES.index)
 
@@ -62,6 +46,32 @@ def new_memo(policy: SlurmPolicy) -> dict[str, Any]:
                        "on_drain": policy.on_drain},
             "signalled": {}, "evicted": {}, "refused": {},
             "local": {"checkpoint": {}, "term": {}, "kill": {}}, "down_since": None}
+
+
+def memo_problem(memo: dict[str, Any]) -> str:
+    """Why a drain record's Slurm memory (its ``slurm`` key, shaped by ``new_memo``) cannot be used, or ""."""
+    slurm = memo.get("slurm")
+    return "" if slurm is None or _memo_ok(slurm) else "slurm memo is malformed"
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _memo_ok(memo: object) -> bool:
+    if not isinstance(memo, dict):
+        return False
+    policy, local = memo.get("policy"), memo.get("local")
+    tables = [memo.get(k) for k in ("signalled", "evicted", "refused")]
+    if not (isinstance(policy, dict) and all(isinstance(policy.get(k), str)
+                                             for k in ("signal", "signal_scope", "on_drain"))):
+        return False
+    if not (isinstance(local, dict) and all(isinstance(local.get(k), dict) for k in ("checkpoint", "term", "kill"))):
+        return False
+    if not all(isinstance(t, dict) for t in tables) or not all(_number(t) for t in memo["evicted"].values()):
+        return False
+    down = memo.get("down_since")
+    return down is None or _number(down)
 
 
 def unsignalled(running: Iterable[int], memo: dict[str, Any]) -> list[int]:

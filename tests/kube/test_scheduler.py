@@ -1,12 +1,13 @@
-"""The executor loop's side of the Kubernetes drain (executor/kube_driver.py), with a fake API."""
+"""The Kubernetes scheduler's loop side (executor/kube/scheduler.py), with a fake API."""
 from __future__ import annotations
 
 import copy
 from typing import Any
 
 from common.config import build
-from executor.kube_driver import KubeDriver
-from executor.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
+from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
+from executor.kube.scheduler import KubeScheduler
+from executor.scheduler import NewState, StepDone, Withdrawal
 from tests.procutil import wait_for
 
 TAINT = {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
@@ -42,14 +43,14 @@ def test_a_withdrawal_that_succeeded_is_not_run_again_before_the_loop_reads_its_
     """Found by the chaos run: the loop saw the withdrawal thread gone before it had applied its
     reports (state still "done"), started a second one, and drain.uncordoned was announced twice."""
     api = FakeApi()
-    driver = KubeDriver(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
-    rec = {"taint_key": "sco.io/notice"}
+    driver = KubeScheduler(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
+    w = Withdrawal("n1", "sco.io/notice", frozenset({"cordoned"}))
     try:
-        driver.withdraw("n1", rec)
+        driver.withdraw(w, 0.0)
         wait_for(lambda: not driver.withdrawals["n1"].alive, 5, "the withdrawal done")
-        driver.withdraw("n1", rec)   # the loop's next turn, its reports not read yet
+        driver.withdraw(w, 0.0)   # the loop's next turn, its reports not read yet
         wait_for(lambda: not driver.withdrawals["n1"].alive, 5, "no second withdrawal running")
-        steps = [r.name for r in driver.reports() if r.kind == "step"]
+        steps = [r.step for r in driver.reports() if isinstance(r, StepDone)]
     finally:
         driver.close()
     assert steps == ["uncordoned"]
@@ -59,15 +60,29 @@ def test_a_withdrawal_that_succeeded_is_not_run_again_before_the_loop_reads_its_
 def test_a_withdrawal_that_failed_is_started_again():
     """A withdrawal stopped before it could uncordon (the executor stopping it) is retried next turn."""
     api = FakeApi()
-    driver = KubeDriver(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
-    rec = {"taint_key": "sco.io/notice"}
+    driver = KubeScheduler(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
+    w = Withdrawal("n1", "sco.io/notice", frozenset({"cordoned"}))
     try:
-        driver.withdraw("n1", rec)
+        driver.withdraw(w, 0.0)
         first = driver.withdrawals["n1"]
         wait_for(lambda: not first.alive, 5, "the withdrawal done")
         first.succeeded = False      # as if it had ended without reaching the server
-        driver.withdraw("n1", rec)
+        driver.withdraw(w, 0.0)
         assert driver.withdrawals["n1"] is not first
         wait_for(lambda: not driver.withdrawals["n1"].alive, 5, "the second withdrawal done")
     finally:
         driver.close()
+
+
+def test_a_notice_withdrawn_before_anything_was_done_on_the_node_is_withdrawn_once():
+    """Nothing cordoned, no drain running: no call to make, only the state to report (once)."""
+    api = FakeApi()
+    driver = KubeScheduler(build({"kubernetes": {"api_url": "http://127.0.0.1:1"}}), lambda: api)
+    try:
+        driver.withdraw(Withdrawal("n2", "sco.io/notice"), 0.0)
+        driver.withdraw(Withdrawal("n2", "sco.io/notice"), 0.1)
+        wait_for(lambda: driver.withdrawals == {}, 1, "no withdrawal runner")
+        reports = driver.reports()
+    finally:
+        driver.close()
+    assert reports == [NewState("n2", "withdrawn")] and api.patches == []

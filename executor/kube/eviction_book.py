@@ -1,6 +1,6 @@
 """Every pod's eviction, as a state machine, and what to send next (pure: no I/O, clock passed in).
 
-The drain adapter (``kube_runner``) feeds the book what it sees and hears --
+The drain adapter (``executor.kube.runner``) feeds the book what it sees and hears --
 ``observe`` each listing of the node, ``answer`` each API reply -- and asks
 ``next_actions`` what to send. The book says which events happened; it
 never calls anything.
@@ -30,7 +30,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from executor.drain_plan import EMPTY_PLAN, Deadlines, Plan, Target, drain_plan, grace_for
+from common.wire import PhaseEnds
+from executor.kube.drain_plan import EMPTY_PLAN, Plan, Target, drain_plan, grace_for
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -46,7 +47,7 @@ STUCK_AFTER_S = 3.0
 def retry_delay(attempts: int) -> float:
     """Exponential from 0.1 s, at most 1 s: a PDB frees up when a replacement turns Ready, which
     can be any moment, and the notice window is short; kubectl's fixed 5 s wastes most of it."""
-    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, attempts - 1))
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** max(0, attempts - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +115,12 @@ def transition(st: PodState, answer: Answer, now: float) -> PodState:
 class EvictionBook:
     """The drain's memory between listings: one PodState per pod UID ever seen."""
 
-    def __init__(self, deadlines: Deadlines, received_at: float, pdb_blocked: str, *,
+    def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,
                  evicted: frozenset[str] = frozenset(), deleted: frozenset[str] = frozenset(),
                  reported: frozenset[str] = frozenset()) -> None:
         if pdb_blocked not in ("delete", "report"):
             raise ValueError(f"pdb_blocked must be delete or report, got {pdb_blocked!r}")
-        self.deadlines = deadlines
+        self.ends = ends
         self.received_at = received_at
         self.pdb_blocked = pdb_blocked
         # Restart safety: what an earlier run of the executor already did is never done again.
@@ -138,15 +139,15 @@ class EvictionBook:
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
         for uid, t in self.plan.targets.items():
             self.targets[uid] = t
-            st = self.states.get(uid)
-            if st is None:
+            seen = self.states.get(uid)
+            if seen is None:
                 st = PodState(reported=uid in self._reported)
                 # Being deleted already (by us before a restart, or by anyone): never evict it again.
                 if t.terminating or uid in self._done_before:
                     st = dataclasses.replace(st, phase=ACCEPTED)
                 self.states[uid] = st
-            elif st.phase in (PENDING, RETRY) and t.terminating:
-                self.states[uid] = dataclasses.replace(st, phase=ACCEPTED)
+            elif seen.phase in (PENDING, RETRY) and t.terminating:
+                self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
     def answer(self, uid: str, answer: Answer, now: float) -> list[Emit]:
         st = self.states.get(uid)
@@ -178,11 +179,11 @@ class EvictionBook:
         return not self.plan.targets
 
     def past_evict_cutoff(self, now: float, inputs: Inputs) -> bool:
-        return inputs.escalated or now >= self.deadlines.evict_at
+        return inputs.escalated or now >= self.ends.evict_at
 
     def holding(self, now: float, inputs: Inputs) -> bool:
         """Are workloads still checkpointing (some pod held back)?"""
-        if now >= self.deadlines.checkpoint_by or self.past_evict_cutoff(now, inputs):
+        if now >= self.ends.checkpoint_by or self.past_evict_cutoff(now, inputs):
             return False
         return any(self.states[uid].phase not in DONE and (inputs.hold_all or uid in inputs.held)
                    for uid in self.plan.targets)
@@ -207,13 +208,13 @@ class EvictionBook:
             if len(actions) >= free:
                 break
             t = self.targets[uid]
-            grace = grace_for(t.grace_s, now, self.deadlines.cutoff)
+            grace = grace_for(t.grace_s, now, self.ends.cutoff)
             self.states[uid] = dataclasses.replace(self.states[uid], phase=IN_FLIGHT, op=op, grace_s=grace)
             actions.append(Action(op, uid, t.key, grace, t.pod))
         return actions, emits
 
     def _held(self, uid: str, now: float, inputs: Inputs) -> bool:
-        return now < self.deadlines.checkpoint_by and (inputs.hold_all or uid in inputs.held)
+        return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
     def _lane_next(self, uids: tuple[str, ...], now: float, inputs: Inputs) -> tuple[str, str | None]:
         """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a

@@ -6,8 +6,8 @@ node calls work on ``self.node`` only, and every eviction or delete first
 checks the pod's ``spec.nodeName`` and carries the pod's UID as a
 precondition, so the server refuses it if the name now means another pod.
 
-Not thread-safe (one kept-alive connection): a worker thread uses its own
-``clone()``.
+Not thread-safe (one kept-alive connection): each thread builds its own
+(``executor.kube.scheduler.api_factory``), sharing one TLS context.
 """
 from __future__ import annotations
 
@@ -74,8 +74,6 @@ class KubeApi:
         self.node = node
         self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, ca_file=ca_file,
                                cert_file=cert_file, key_file=key_file, tls=tls)
-        # A clone shares the TLS context: about 1 MiB each with the system CA store, times 9 threads.
-        self._args = (api_url, node, token, ca_file, timeout_s, node_token, cert_file, key_file, self.http.tls)
         self.headers = {"Accept": "application/json", "User-Agent": "sco-agent"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
@@ -83,12 +81,6 @@ class KubeApi:
         if node_token:
             self.node_headers["Authorization"] = f"Bearer {node_token}"
         self._eviction_version: str | None = None
-
-    def clone(self) -> KubeApi:
-        """Another client with the same settings and its own connection (for another thread)."""
-        api = KubeApi(*self._args)
-        api._eviction_version = self._eviction_version
-        return api
 
     def close(self) -> None:
         self.http.close()

@@ -1,0 +1,108 @@
+"""The agent socket as the drain core sees it: tell workloads, learn who still checkpoints, collect acks.
+
+Wraps ``AgentSocketServer`` (the non-blocking shell of the socket protocol) with
+what the executor adds: which pod each client lives in (``workload_map``: its
+peer pid's cgroup, read once per client), and turning the server's refusal
+counters into ``socket.rejected`` log lines and events. Runs on the loop's thread.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common.config import Config
+from common.log import Logger
+from common.runtime import Rejections
+from executor import workload_map
+from executor.agent_socket import AgentSocketError, AgentSocketServer
+
+
+@dataclass(frozen=True, slots=True)
+class AckSeen:
+    """A client's checkpoint ack, with the pod it came from."""
+
+    notice_id: str
+    key: str               # "name:pid", the drain record's key for it
+    status: str
+    data: dict[str, Any]   # the drain.checkpoint_acked event's data
+
+
+class Clients:
+    def __init__(self, server: AgentSocketServer, path: str, log: Logger, emit: Callable[..., Any]) -> None:
+        self.server = server
+        self.path = path
+        self.pods: dict[int, str | None] = {}   # client -> its pod UID (None: in no pod)
+        # The server counts what it refuses (executor.socket_protocol.ERROR_CODES); these
+        # turn its counters into socket.rejected log lines and events.
+        self.rejections = Rejections(log, what="socket", emit=emit)
+        self._errors_seen: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, config: Config, log: Logger, emit: Callable[..., Any]) -> Clients | None:
+        """Listen on the configured socket; None if it cannot be used (logged): the drain still runs,
+        workloads just are not told."""
+        s = config.agent_socket
+        try:
+            server = AgentSocketServer(s.path, mode=int(s.mode, 8), group=s.group or None,
+                                       max_clients=s.max_clients)
+            server.listen()
+        except (AgentSocketError, OSError, KeyError, ValueError) as e:
+            log.error("agent_socket.unavailable", path=s.path, error=str(e)[:300])
+            return None
+        return cls(server, s.path, log, emit)
+
+    # -- what the drain core uses ------------------------------------------------------
+    def announce(self, message: dict[str, Any]) -> None:
+        self.server.announce(message)
+
+    def count(self) -> int:
+        return len(self.server.clients())
+
+    def withdraw(self, notice_id: str) -> None:
+        self.server.withdraw(notice_id)
+
+    def holds(self, notice_id: str) -> tuple[frozenset[str], bool]:
+        """The pods whose clients have not acked ``notice_id`` yet, and whether a client no pod can
+        be told for holds every pod."""
+        infos = self.server.clients()
+        live = {c.client for c in infos}
+        self.pods = {k: v for k, v in self.pods.items() if k in live}
+        return workload_map.holds([(self._pod_of(c.client, c.pid), c.notice_id == notice_id and c.acked is not None)
+                                   for c in infos])
+
+    def acks(self) -> list[AckSeen]:
+        out = []
+        for ack in self.server.drain_acks():
+            data = {"client": ack.name, "pid": ack.pid, "uid": ack.uid, "status": ack.status,
+                    "latency_ms": round(ack.latency_s * 1000), "replay": ack.replay,
+                    "pod_uid": self._pod_of(ack.client, ack.pid)}
+            out.append(AckSeen(ack.notice_id, f"{ack.name}:{ack.pid}", ack.status, data))
+        return out
+
+    def _pod_of(self, client: int, pid: int) -> str | None:
+        if client not in self.pods:
+            self.pods[client] = workload_map.pod_uid_of_pid(pid)
+        return self.pods[client]
+
+    # -- what the loop uses ----------------------------------------------------------------
+    def fileno(self) -> int:
+        return self.server.fileno()
+
+    def serve(self, readable: bool, mono: float) -> None:
+        if readable:
+            self.server.process(mono)
+        self.server.tick(mono)
+
+    def report_errors(self, force: bool = False) -> None:
+        """New refusals since the last call, counted by their error code."""
+        for key, n in self.server.stats().items():
+            if key.startswith("error.") or key == "acks_dropped":
+                delta = n - self._errors_seen.get(key, 0)
+                if delta > 0:
+                    self._errors_seen[key] = n
+                    self.rejections.count(self.path, key.removeprefix("error."), "agent socket client refused", delta)
+        self.rejections.tick(force)
+
+    def close(self) -> None:
+        self.server.close()

@@ -1,0 +1,199 @@
+"""The Kubernetes scheduler (``executor.scheduler.Scheduler``): starts drain runners, hands them orders.
+
+Runs on the executor loop's thread; the blocking calls run in the runners'
+threads. Each draining notice gets a ``DrainRunner`` (one at a time: they all
+drain the same node, so a second notice waits and then finds the node empty at
+once); a withdrawn one gets a ``WithdrawRunner``. Runners report through a
+``ReportQueue`` whose pipe the loop polls, so a report is handled as soon as it
+is made, not at the next poll timeout.
+"""
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from common.timefmt import format_rfc3339
+from common.wire import EVICT_OVER, FINAL, DrainState, Step
+from executor.kube import node_steps
+from executor.kube.api import KubeApi, KubeError, NotOwnNode, Unreachable
+from executor.kube.drain_plan import down_after
+from executor.kube.eviction_book import Inputs
+from executor.kube.runner import PROBE_INTERVAL_S, DrainRunner, DrainSpec
+from executor.scheduler import Announce, Log, NewState, Order, Report, ReportQueue, StepDone, Withdrawal
+
+if TYPE_CHECKING:
+    from common.config import Config
+    from common.log import Logger
+
+RESTART_AFTER_S = 1.0   # a runner that died (it reports why) is started again after this
+ESCALATED = (EVICT_OVER, FINAL)   # verifier levels at which PDB-blocked pods are escalated
+_NODE_STEPS = (Step.CORDONED, Step.LB_EXCLUDED)   # what a withdrawal has to undo
+
+
+def _read_token(path: str) -> str:
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read(65536).strip()
+
+
+def api_factory(config: Config) -> Callable[[], KubeApi] | None:
+    """Builds a client per thread; token files are read each time, so a rotated token is picked up
+    by the next drain (or the next worker)."""
+    k = config.kubernetes
+    if not k.api_url:
+        return None
+    shared: list[ssl.SSLContext | None] = []   # one TLS context for every thread (~1 MiB each)
+
+    def make() -> KubeApi:
+        api = KubeApi(k.api_url, config.node.name, _read_token(k.token_file), k.ca_file, k.timeout_s,
+                      node_token=_read_token(k.taint_token_file), cert_file=k.client_cert_file,
+                      key_file=k.client_key_file, tls=shared[0] if shared else None)
+        if not shared:
+            shared.append(api.http.tls)
+        return api
+    return make
+
+
+def build(config: Config, log: Logger) -> KubeScheduler | None:
+    make_api = api_factory(config)
+    if make_api is None:
+        log.error("kubernetes.unconfigured", detail="kubernetes.api_url is empty")
+        return None
+    return KubeScheduler(config, make_api)
+
+
+def memo_problem(memo: dict[str, Any]) -> str:
+    """Why a drain record's Kubernetes memory cannot be used, or ""."""
+    bad = [k for k in ("evicted", "deleted") if not isinstance(memo.get(k, {}), dict)]
+    if not isinstance(memo.get("reported", []), list):
+        bad.append("reported")
+    return f"wrong type: {bad}" if bad else ""
+
+
+def drain_spec(o: Order, config: Config) -> DrainSpec:
+    """The runner's fixed inputs, from the order (pure)."""
+    memo = o.memo
+    return DrainSpec(
+        notice_id=o.notice_id, kind=o.kind, deadline=o.deadline, deadline_text=format_rfc3339(o.deadline),
+        received_at=o.received_at, ends=o.ends, taint_key=o.taint_key, cordon_only=o.cordon_only,
+        pdb_blocked=o.pdb_blocked, exclude_from_lb=o.exclude_from_lb, down_after_s=down_after(o.budget.evict_s),
+        fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
+        evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
+        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run)
+
+
+def inputs_of(o: Order) -> Inputs:
+    return Inputs(held=o.held, hold_all=o.hold_all, escalated=o.level in ESCALATED)
+
+
+class KubeScheduler:
+    def __init__(self, config: Config, make_api: Callable[[], KubeApi]) -> None:
+        self.config = config
+        self.make_api = make_api
+        self._out = ReportQueue()
+        self.runners: dict[str, DrainRunner] = {}
+        self.withdrawals: dict[str, WithdrawRunner] = {}
+        self._restart_at: dict[str, float] = {}
+        self._settled: set[str] = set()   # withdrawn before anything was done on the node
+
+    def fileno(self) -> int:
+        return self._out.fileno()
+
+    def reports(self) -> list[Report]:
+        out = self._out.take()
+        for r in out:
+            if isinstance(r, NewState):   # the drain reached an end state: forget its runner
+                self.runners.pop(r.notice_id, None)
+        return out
+
+    def advance(self, order: Order, now: float) -> None:
+        """Keep a runner going for a running notice, and hand it the loop's latest inputs."""
+        nid = order.notice_id
+        runner = self.runners.get(nid)
+        if runner is not None and runner.alive:
+            runner.inputs = inputs_of(order)
+            return
+        if runner is not None:   # it ended without saying done: it crashed, or was stopped
+            del self.runners[nid]
+            self._restart_at[nid] = now + RESTART_AFTER_S
+        if now < self._restart_at.get(nid, 0.0) or any(r.alive for r in self.runners.values()):
+            return
+        self.runners[nid] = DrainRunner(drain_spec(order, self.config), self.make_api, self._out.put,
+                                        inputs_of(order)).start()
+
+    def withdraw(self, w: Withdrawal, now: float) -> None:
+        """Stop the notice's drain, then undo what it did to the node (once the drain has stopped)."""
+        nid = w.notice_id
+        runner = self.runners.get(nid)
+        if runner is not None:
+            runner.stop()
+            if runner.alive:
+                return
+            del self.runners[nid]
+        elif not any(s in w.steps_done for s in _NODE_STEPS) and nid not in self.withdrawals:
+            if nid not in self._settled:   # nothing on the node to undo
+                self._settled.add(nid)
+                self._out.put(NewState(nid, DrainState.WITHDRAWN))
+            return
+        prior = self.withdrawals.get(nid)
+        # A runner that succeeded has reported; the loop applies that (state withdrawn) on its next turn.
+        if prior is None or not (prior.alive or prior.succeeded):
+            self.withdrawals[nid] = WithdrawRunner(nid, w.taint_key, self.make_api, self._out.put,
+                                                   self.config.executor.dry_run).start()
+
+    def close(self) -> None:
+        for r in list(self.runners.values()) + list(self.withdrawals.values()):
+            r.stop()
+        self._out.close()
+
+
+class WithdrawRunner:
+    """Undo a withdrawn notice's cordon, taint and label off the loop: retried until the server
+    agrees, then ``drain.uncordoned`` and the state ``withdrawn``."""
+
+    def __init__(self, notice_id: str, taint_key: str, make_api: Callable[[], KubeApi],
+                 report: Callable[[Report], None], dry_run: bool = False) -> None:
+        self.notice_id, self.taint_key, self.dry_run = notice_id, taint_key, dry_run
+        self._make_api, self._report = make_api, report
+        # Set before the reports go out: the loop may see the thread gone before it has read them.
+        self.succeeded = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"withdraw-{notice_id[:16]}", daemon=True)
+
+    def start(self) -> WithdrawRunner:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _main(self) -> None:
+        api = self._make_api()
+        last = ""
+        nid = self.notice_id
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self.dry_run:
+                        self._report(Announce(nid, "drain.dry_run", {"action": "uncordon"}))
+                    else:
+                        node_steps.uncordon(api, self.taint_key, nid)
+                    self.succeeded = True
+                    self._report(StepDone(nid, Step.UNCORDONED, "drain.uncordoned"))
+                    self._report(NewState(nid, DrainState.WITHDRAWN))
+                    return
+                except (Unreachable, KubeError, NotOwnNode) as e:
+                    if str(e) != last:
+                        last = str(e)
+                        self._report(Log(nid, "drain.uncordon_failed", {"error": last[:300]}))
+                self._stop.wait(PROBE_INTERVAL_S)
+        finally:
+            api.close()

@@ -1,0 +1,360 @@
+"""The Slurm drain recipe: DRAIN this node, signal its jobs, requeue what stays, verify -- or go around slurmctld.
+
+The Slurm scheduler's worker thread (``executor.slurm.scheduler``) calls
+``SlurmDrain.step(tracked, now)`` for every running drain, with the latest order
+the drain core handed over. Each call re-reads Slurm's real state and does what
+is still missing, so an executor restarted mid-drain simply carries on:
+
+1. DRAIN the node with a reason naming the notice (unless it is already
+   drained -- an operator's drain is left as it is), then read the state back:
+   a timed-out call may still land, only state proves anything.
+2. Until the checkpoint cutoff, signal every RUNNING job once
+   (``scancel --signal --batch|--full``); the agent socket clients are told by
+   the executor loop itself.
+3. From the checkpoint cutoff (or the verifier's ``checkpoint_over``), requeue
+   -- or cancel, if the contract says so -- every job still running; from the
+   evict cutoff (``evict_over``/``final``), SIGKILL what is still on the node.
+4. The node is done when ``sinfo`` says ``drained`` AND ``squeue`` lists no
+   R/CG/S job on it; only then is ``remaining`` empty and ``node_empty`` recorded.
+
+When slurmctld does not answer (``scontrol ping``), the jobs are found locally
+(``executor.slurm.local``) and signalled directly at the same cutoffs: the
+checkpoint signal, then TERM, then KILL. Once the controller answers again the
+DRAIN is (re)applied, the state re-read and ``drain.reconciled`` recorded.
+
+The decisions are pure functions in ``executor.slurm.rules``; this module does the I/O.
+What must not be repeated is written down before it is done (the memo, which
+``Out.remember`` returns from only once the executor has it on disk): a
+checkpoint signal and each local signal go out at most once per job. A requeue is safe to repeat while the job still runs here (a
+requeue that landed moved it off RUNNING), so it is retried after a pause.
+"""
+from __future__ import annotations
+
+import copy
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from common.wire import DrainState, Phase, Step
+from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Report, StepDone, Withdrawal
+from executor.slurm import local as slurm_local
+from executor.slurm.cli import NotOwnNode, NotRequeueable, Probe, SlurmCli, SlurmError, Unreachable
+from executor.slurm.rules import (
+    drain_reason,
+    is_agent_reason,
+    local_plan,
+    new_memo,
+    phase_at,
+    remaining,
+    to_evict,
+    undo_action,
+    unsignalled,
+)
+
+POLL_S = 0.5          # between rounds while slurmctld answers (each round is 4-5 CLI calls)
+DOWN_POLL_S = 1.0     # between rounds while it does not (a /proc scan costs 0.1-0.5 s)
+RETRY_S = 1.0         # after a refused call
+# The recipe's phase -> the record's phase (common.wire.Phase), for the verifier.
+_PHASE_NAME = {"checkpoint": Phase.CHECKPOINT, "evict": Phase.REQUEUE, "kill": Phase.KILL}
+
+
+class Out(Protocol):
+    """Where the recipe reports (the scheduler's queue to the executor loop; a recorder in tests)."""
+
+    def put(self, r: Report) -> None: ...
+
+    def remember(self, notice_id: str, memo: dict[str, Any]) -> None:
+        """Returns once the record holding ``memo`` is on disk."""
+
+
+@dataclass(slots=True)
+class Tracked:
+    """One notice's drain as the recipe knows it between rounds (on the worker thread only)."""
+
+    order: Order
+    memo: dict[str, Any] = field(default_factory=dict)   # the record's "slurm" memo ({} until the first round)
+    steps: set[str] = field(default_factory=set)
+    phase: str = ""
+    remaining: tuple[str, ...] | None = None
+    next_at: float = 0.0
+    finished: bool = False
+
+    @classmethod
+    def of(cls, order: Order) -> Tracked:
+        memo = order.memo.get("slurm")
+        return cls(order, copy.deepcopy(memo) if isinstance(memo, dict) else {}, set(order.steps_done))
+
+
+class SlurmDrain:
+    """The recipe for one node; one instance serves every notice (see the module docstring)."""
+
+    def __init__(self, cli: SlurmCli, out: Out, dry_run: bool = False,
+                 scan: Callable[[str, str], dict[int, int]] = slurm_local.scan, proc: str = slurm_local.PROC) -> None:
+        self.cli = cli
+        self.node = cli.node
+        self.out = out
+        self.dry_run = dry_run
+        self.scan = scan
+        self.proc = proc
+        self.last_error: dict[str, str] = {}
+        self.undo_at: dict[str, float] = {}
+        self.probe: Probe | None = None
+        self.dry_said: set[tuple[str, str]] = set()
+
+    # -- entry points ------------------------------------------------------------
+    def step(self, t: Tracked, now: float) -> None:
+        """One round of the drain of ``t`` (paced: a call before it is due does nothing)."""
+        o = t.order
+        if t.finished or now < t.next_at:
+            return
+        if not t.memo:
+            # The drain keeps the policy it started with, whatever contract lands meanwhile.
+            t.memo = new_memo(o.contract.slurm)
+            self._remember(t)
+        ph = phase_at(o.ends, now, o.level)
+        why = "slurmctld does not answer scontrol ping"
+        if self._controller_answers(t.memo, now):
+            try:
+                self._through_controller(t, ph, now)
+                t.next_at = now + POLL_S
+                self.last_error.pop(o.notice_id, None)
+                return
+            except Unreachable as e:
+                why = str(e)
+                self._error(o.notice_id, e, now)
+            except (SlurmError, NotOwnNode) as e:
+                self._error(o.notice_id, e, now)
+                t.next_at = now + RETRY_S
+                return
+        self._around_controller(t, ph, now, why)
+        t.next_at = now + DOWN_POLL_S
+
+    def undo(self, w: Withdrawal, now: float) -> bool:
+        """A withdrawn notice: RESUME the node if (and only if) the agent's own drain holds it.
+        True once done (reported: drain.uncordoned, the state withdrawn)."""
+        nid = w.notice_id
+        if now < self.undo_at.get(nid, 0.0):
+            return False
+        self.undo_at[nid] = now + DOWN_POLL_S
+        memo = w.memo.get("slurm")
+        try:
+            if not self._controller_answers(memo if isinstance(memo, dict) else {}, now):
+                return False  # kept until the controller answers: the DRAIN may still be there
+            node = self.cli.node_info(self.node)
+            action = undo_action(node, w.others_active)
+            if action == "wait":
+                return False  # asked again in DOWN_POLL_S
+            if action == "resume":
+                self._act(nid, "resume", lambda: self.cli.resume(self.node), now)
+                node = self.cli.node_info(self.node)
+        except (SlurmError, NotOwnNode) as e:
+            self._error(nid, e, now)
+            return False
+        self.out.put(StepDone(nid, Step.UNCORDONED, "drain.uncordoned", {
+            "scheduler": "slurm", "action": action, "node_state": node.state, "reason": node.reason}))
+        self.out.put(NewState(nid, DrainState.WITHDRAWN))
+        return True
+
+    # -- reporting -----------------------------------------------------------------
+    def _remember(self, t: Tracked) -> None:
+        self.out.remember(t.order.notice_id, {"slurm": copy.deepcopy(t.memo)})
+
+    def _step(self, t: Tracked, step: str, event: str, data: dict[str, Any]) -> None:
+        t.steps.add(step)
+        self.out.put(StepDone(t.order.notice_id, step, event, data))
+
+    def _event(self, nid: str, event: str, data: dict[str, Any]) -> None:
+        self.out.put(Announce(nid, event, data))
+
+    def _progress(self, t: Tracked, phase: str, left: list[str]) -> None:
+        """The phase and what is left, reported when they change."""
+        if phase != t.phase:
+            t.phase = phase
+            self.out.put(InPhase(t.order.notice_id, phase))
+        if tuple(left) != t.remaining:
+            t.remaining = tuple(left)
+            self.out.put(Remaining(t.order.notice_id, t.remaining))
+
+    def _finish(self, t: Tracked, state: str) -> None:
+        t.finished = True
+        self.out.put(NewState(t.order.notice_id, state))
+
+    # -- with the controller ------------------------------------------------------
+    def _controller_answers(self, memo: dict[str, Any], now: float) -> bool:
+        if memo.get("down_since") is None:
+            return self.cli.ping()
+        # Known down: ask in the background, so a hung controller does not hold up other notices.
+        if self.probe is None:
+            self.probe = self.cli.start_ping(now)
+            return False
+        answer = self.probe.result(now)
+        if answer is None:
+            return False
+        self.probe = None
+        return answer
+
+    def _through_controller(self, t: Tracked, ph: str, now: float) -> None:
+        o, memo = t.order, t.memo
+        node = self.cli.node_info(self.node)
+        if not node.drain_set:
+            self._act(o.notice_id, "drain", lambda: self.cli.drain(
+                self.node, drain_reason(o.notice_id, o.kind, o.deadline)), now)
+            # Read back: state is the proof, not the return code (and a DRAIN sent to a
+            # hung controller earlier may have landed meanwhile).
+            node = self.cli.node_info(self.node)
+        if Step.CORDONED not in t.steps and (node.drain_set or self.dry_run):
+            self._step(t, Step.CORDONED, "drain.cordoned", {
+                "scheduler": "slurm", "node_state": node.state, "reason": node.reason,
+                "agent_drain": is_agent_reason(node.reason)})
+        if memo["down_since"] is not None:
+            self._step(t, Step.RECONCILED, "drain.reconciled", {
+                "down_s": round(now - memo["down_since"], 3), "node_state": node.state,
+                "reason": node.reason, "drain_set": node.drain_set})
+            memo["down_since"] = None
+            self._remember(t)
+        if o.cordon_only:
+            self._finish(t, DrainState.CORDONED_ONLY)
+            return
+        running = self.cli.jobs_on(self.node, "RUNNING")
+        if ph == "checkpoint":
+            self._signal(t, unsignalled(running, memo), now)
+        else:
+            self._evict(t, to_evict(running, memo, now), now)
+        active = self.cli.jobs_on(self.node, "R,CG,S")
+        if ph == "kill" and active:
+            self._kill_leftovers(t, active, now)
+        # The whole-cluster sinfo read only when squeue says the node is empty.
+        state = "" if active else self.cli.node_state(self.node)
+        left = remaining(active, state)
+        self._progress(t, _PHASE_NAME[ph], left)
+        if not left:
+            self._step(t, Step.NODE_EMPTY, "drain.node_empty", {"node_state": state})
+            self._finish(t, DrainState.DONE)
+
+    def _signal(self, t: Tracked, jobs: list[int], now: float) -> None:
+        nid, memo = t.order.notice_id, t.memo
+        pol = memo["policy"]
+        sent: list[int] = []
+        failed: dict[str, str] = {}
+        try:
+            for j in jobs:
+                # At most once: written down before it is sent. A crash in between loses one
+                # checkpoint signal (the requeue at the cutoff still moves the job); a second
+                # signal could interrupt a checkpoint in progress.
+                memo["signalled"][str(j)] = now
+                self._remember(t)
+                try:
+                    self._act(nid, f"signal {j}", partial(self.cli.signal, self.node, j, pol["signal"],
+                                                          pol["signal_scope"]), now)
+                    sent.append(j)
+                except SlurmError as e:
+                    if isinstance(e, Unreachable):
+                        raise  # it may still land: the record stays
+                    del memo["signalled"][str(j)]
+                    failed[str(j)] = e.message
+        finally:
+            if sent or failed:
+                self._step(t, Step.SIGNALLED, "drain.signalled", {
+                    "jobs": sent, "failed": failed, "signal": pol["signal"], "scope": pol["signal_scope"],
+                    "via": "scancel"})
+
+    def _evict(self, t: Tracked, jobs: list[int], now: float) -> None:
+        nid, memo = t.order.notice_id, t.memo
+        cancel = memo["policy"]["on_drain"] == "cancel"
+        moved: list[int] = []
+        gone: list[int] = []
+        refused: dict[str, str] = {}
+        try:
+            for j in jobs:
+                memo["evicted"][str(j)] = now
+                self._remember(t)
+                try:
+                    if cancel:
+                        self._act(nid, f"cancel {j}", partial(self.cli.cancel, self.node, j), now)
+                        moved.append(j)
+                    elif self._act(nid, f"requeue {j}", partial(self.cli.requeue, self.node, j), now) is False:
+                        gone.append(j)
+                    else:
+                        moved.append(j)
+                except NotRequeueable as e:
+                    memo["refused"][str(j)] = e.message
+                    refused[str(j)] = e.message
+        finally:
+            if moved or gone:
+                step, event = (Step.DELETED, "drain.deleted") if cancel else (Step.REQUEUED, "drain.requeued")
+                self._step(t, step, event, {"jobs": moved, "already_gone": gone,
+                                            "via": "scancel" if cancel else "scontrol requeue"})
+            if refused:
+                self._remember(t)
+                self._event(nid, "drain.error", {
+                    "scheduler": "slurm", "error": "requeue refused (job not requeueable)", "jobs": refused,
+                    "action": "left on the node: the contract's slurm.on_drain is requeue, not cancel"})
+
+    def _kill_leftovers(self, t: Tracked, active: list[int], now: float) -> None:
+        """Past the evict cutoff, SIGKILL what is still here rather than wait out Slurm's KillWait."""
+        plan = local_plan("kill", active, t.memo)
+        if not plan:
+            return
+        procs = self._job_procs()
+        signalled = self._signal_locally([p for p in plan if p[0] in procs], procs, t, now)
+        if signalled:
+            self._step(t, Step.SIGNALLED, "drain.signalled", {
+                "jobs": sorted(int(j) for j in signalled), "signal": "SIGKILL", "scope": "full",
+                "via": "local", "signalled": signalled})
+
+    # -- around the controller ------------------------------------------------------
+    def _around_controller(self, t: Tracked, ph: str, now: float, why: str) -> None:
+        memo = t.memo
+        entering = memo["down_since"] is None
+        if entering:
+            memo["down_since"] = now
+            self._remember(t)
+        if t.order.cordon_only:
+            # Cordon only: there is nothing to do without the controller; DRAIN once it is back.
+            self._progress(t, Phase.FALLBACK, ["slurmctld:unreachable"])
+            return
+        procs = self._job_procs()
+        signalled = self._signal_locally(local_plan(ph, sorted(procs), memo), procs, t, now)
+        if entering or signalled:
+            self._step(t, Step.FALLBACK, "drain.fallback", {
+                "reason": why[:300], "phase": ph, "jobs_found": sorted(procs), "signalled": signalled})
+        self._progress(t, Phase.FALLBACK, [str(j) for j in sorted(procs)] or ["slurmctld:unreachable"])
+
+    def _job_procs(self) -> dict[int, list[slurm_local.JobProc]]:
+        conf = self.cli.conf
+        try:
+            rows = self.cli.listpids()
+        except SlurmError:
+            rows = []  # the /proc scan is the second source
+        return slurm_local.find(rows, self.scan(conf, self.node), conf, self.node, self.proc)
+
+    def _signal_locally(self, plan: list[tuple[int, str, str, str]], procs: dict[int, list[slurm_local.JobProc]],
+                        t: Tracked, now: float) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for job, sig, scope, key in plan:
+            t.memo["local"][key][str(job)] = now
+            self._remember(t)
+            sent = self._act(t.order.notice_id, f"{sig} job {job}",
+                             partial(slurm_local.signal_job, procs[job], signal.Signals[sig], scope, self.cli.conf,
+                                     self.node, self.proc), now)
+            out[str(job)] = {"signal": sig, "scope": scope, **(sent or {"groups": [], "pids": []})}
+        return out
+
+    # -- plumbing ---------------------------------------------------------------------
+    def _act(self, nid: str, what: str, action: Callable[[], Any], now: float) -> Any:
+        """Run a change, or in dry-run mode only say what it would be."""
+        if not self.dry_run:
+            return action()
+        if (nid, what) not in self.dry_said:  # said once, not every round
+            self.dry_said.add((nid, what))
+            self._event(nid, "drain.dry_run", {"scheduler": "slurm", "action": what})
+        return None
+
+    def _error(self, nid: str, e: Exception, now: float) -> None:
+        # One event per distinct error, not one per round: a dead controller must not flood the spool.
+        text = str(e)[:300]
+        if self.last_error.get(nid) != text:
+            self.last_error[nid] = text
+            self._event(nid, "drain.error", {"scheduler": "slurm", "error": text})
