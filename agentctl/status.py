@@ -51,7 +51,9 @@ def contract_view(doc: Any) -> dict[str, Any] | None:
             return {"error": "unreadable envelope payload"}
     if not isinstance(doc, dict):
         return None
-    drain = doc.get("drain") if isinstance(doc.get("drain"), dict) else {}
+    drain = doc.get("drain")
+    if not isinstance(drain, dict):
+        drain = {}
     return {"serial": doc.get("serial"), "hall": doc.get("hall"), "source": doc.get("source"),
             **{k: drain.get(k) for k in BUDGET_KEYS}}
 

@@ -107,7 +107,9 @@ class KubeApi:
         if resp.status in (502, 503, 504):
             # A proxy or load balancer in front of a server that is down: no answer, not a refusal.
             raise Unreachable(f"{method} {path}: HTTP {resp.status}")
-        details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+        details = doc.get("details")
+        if not isinstance(details, dict):
+            details = {}
         causes = tuple(str(c.get("message", ""))[:300] for c in details.get("causes") or []
                        if isinstance(c, dict))
         cls = _BY_STATUS.get(resp.status, KubeError)
