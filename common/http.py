@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import ssl
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 
@@ -31,16 +32,25 @@ class Response:
     body: bytes = b""
 
 
-def tls_context(ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "") -> ssl.SSLContext:
-    """A client TLS context. ``cert_file``/``key_file``: a client certificate (e.g. the kubelet's
-    node identity); the key may be in the certificate file. One context with the system CA store
-    costs about 1 MiB: clients talking to the same server should share one (it is thread-safe)."""
-    ctx = ssl.create_default_context(cafile=ca_file or None)
-    if insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file or None)
+class TlsFiles(NamedTuple):
+    """Where a client's TLS material is; empty: none. ``ca_file``: a CA bundle instead of the system
+    store; ``cert_file``/``key_file``: a client certificate (e.g. the kubelet's node identity),
+    whose key may be in the certificate file."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+
+SYSTEM_TLS = TlsFiles()   # the system CA store, no client certificate
+
+
+def tls_context(files: TlsFiles = SYSTEM_TLS) -> ssl.SSLContext:
+    """A client TLS context. One context with the system CA store costs about 1 MiB: clients
+    talking to the same server should share one (it is thread-safe)."""
+    ctx = ssl.create_default_context(cafile=files.ca_file or None)
+    if files.cert_file:
+        ctx.load_cert_chain(files.cert_file, files.key_file or None)
     return ctx
 
 
@@ -48,9 +58,8 @@ class HttpClient:
     """Calls to one base URL, over one kept-alive connection that is rebuilt after any error."""
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, max_body: int = 1 << 20,
-                 ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "",
-                 tls: ssl.SSLContext | None = None) -> None:
-        """TLS settings as for ``tls_context``, or ``tls``: a context to share."""
+                 tls: ssl.SSLContext | TlsFiles = SYSTEM_TLS) -> None:
+        """``tls`` (https only): a context to share, or the files to build this client's own from."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -62,7 +71,7 @@ class HttpClient:
         self.max_body = max_body
         self._ssl: ssl.SSLContext | None = None
         if self.scheme == "https":
-            self._ssl = tls or tls_context(ca_file, insecure, cert_file, key_file)
+            self._ssl = tls if isinstance(tls, ssl.SSLContext) else tls_context(tls)
         self._conn: http.client.HTTPConnection | None = None
 
     @property
