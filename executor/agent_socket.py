@@ -31,10 +31,10 @@ import stat
 import struct
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from executor.socket_protocol import AgentProtocol
-from executor.socket_wire import Ack, ClientInfo, Close, Peer, Send
+from executor.socket_wire import Ack, Action, ClientInfo, Close, Peer, Send
 
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
@@ -192,7 +192,7 @@ class AgentSocketServer:
         times = [t for t in (self._core.next_deadline(), self._accept_paused_until) if t is not None]
         return min(times, default=None)
 
-    def announce(self, notice: dict, now: float | None = None) -> None:
+    def announce(self, notice: dict[str, Any], now: float | None = None) -> None:
         """Make ``notice`` (id, kind, deadline, checkpoint_by) active and send it to every client."""
         self._apply(self._core.announce(notice, time.monotonic() if now is None else now))
 
@@ -217,7 +217,7 @@ class AgentSocketServer:
         return out
 
     @property
-    def active_notice(self) -> dict | None:
+    def active_notice(self) -> dict[str, Any] | None:
         return self._core.active_notice
 
     # -- I/O ------------------------------------------------------------------
@@ -265,7 +265,7 @@ class AgentSocketServer:
             return
         self._apply(self._core.receive(link.conn, data, now))
 
-    def _apply(self, actions: list) -> None:
+    def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
                 link = self._by_conn.get(action.conn)

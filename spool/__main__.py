@@ -61,7 +61,7 @@ class Episode:
 
 
 class Spool:
-    def __init__(self, config: Config, log: Logger, ctx: zmq.Context, *,
+    def __init__(self, config: Config, log: Logger, ctx: ipc.Context, *,
                  clock: Callable[[], float] = time.monotonic,
                  ship_options: dict[str, Any] | None = None) -> None:
         self.config = config
@@ -280,7 +280,7 @@ class Spool:
                       shipped=ship.shipped if ship else 0, set_aside=ship.set_aside if ship else 0)
 
 
-def recv_message(sock: zmq.Socket) -> list[bytes]:
+def recv_message(sock: ipc.Socket) -> list[bytes]:
     """``recv_multipart(NOBLOCK)`` without a getsockopt(RCVMORE) per frame: 3.7 instead of 5.6 us
     a message (measured), the largest single cost of intake. Raises zmq.Again when nothing waits;
     the frames of one message arrive together, so only the first can."""

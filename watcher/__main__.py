@@ -64,7 +64,7 @@ class Throttle:
 class Watcher:
     """The imperative shell around NoticeBook: feed it, persist it, announce it."""
 
-    def __init__(self, config: Config, log: Logger, ctx: zmq.Context, check: SignatureCheck = check_here) -> None:
+    def __init__(self, config: Config, log: Logger, ctx: ipc.Context, check: SignatureCheck = check_here) -> None:
         self.config = config
         self.log = log
         rd = config.paths.runtime_dir
