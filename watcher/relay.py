@@ -86,7 +86,9 @@ def connect_options(config: Config, on_status: Status, closed: asyncio.Event) ->
 
 def import_nats(servers: list[str]) -> Any:
     if not any(s.startswith(("ws://", "wss://")) for s in servers):
-        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]
+        # None in sys.modules makes `import aiohttp` fail at once (the documented way to block an
+        # import), so nats-py, with no websocket server to reach, does not load it.
+        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # typeshed: modules only
     import nats  # only the watcher pays for nats-py
 
     return nats
