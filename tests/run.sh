@@ -38,7 +38,7 @@ echo "== ruff"
 "$VENV/bin/ruff" check .
 
 # The files to check are in pyproject.toml ([tool.mypy] files); set -e stops the run on an error,
-# and tests/unit/test_mypy_config.py fails if this step is ever taken out.
+# and tests/unit/test_type_check.py fails if this step is ever taken out.
 echo "== mypy"
 "$VENV/bin/python" -m mypy
 
