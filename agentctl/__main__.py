@@ -89,7 +89,7 @@ def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
     except ConfigError as e:
         print(f"sco-agentctl: {e}", file=sys.stderr)
         return 2
-    from agentctl.status import render_text, summarize
+    from agentctl.status import AgentFiles, render_text, summarize
 
     rd, sd = config.paths.runtime_dir, config.paths.state_dir
     supervisorctl = os.path.join(os.path.dirname(sys.executable), "supervisorctl")
@@ -101,11 +101,13 @@ def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
     summary = summarize(
         node=config.node.name, hall=config.node.hall,
         processes=[line for line in procs.splitlines() if line.strip()],
-        notices=_read_json(os.path.join(rd, "notice.json")),
-        contract=_read_json(os.path.join(rd, "contract.json")),
-        drains=_read_json(os.path.join(rd, "executor.json")),
-        verifier=_read_json(os.path.join(sd, "verdicts.json")),
-        spool=_spool_status(config), now=time.time())
+        files=AgentFiles(
+            notices=_read_json(os.path.join(rd, "notice.json")),
+            contract=_read_json(os.path.join(rd, "contract.json")),
+            drains=_read_json(os.path.join(rd, "executor.json")),
+            verifier=_read_json(os.path.join(sd, "verdicts.json")),
+            spool=_spool_status(config)),
+        now=time.time())
     print(ujson.dumps(summary, indent=2) if flags.json else render_text(summary), end="\n" if flags.json else "")
     return 0
 

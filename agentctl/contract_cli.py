@@ -26,7 +26,9 @@ from watcher.contract_store import TrustDirError, load_trust_dir
 from watcher.contract_verify import (
     MAX_ENVELOPE_BYTES,
     PAYLOAD_TYPE,
+    Accepted,
     NodeScope,
+    Opened,
     Rejected,
     decide,
     open_bundle,
@@ -49,7 +51,8 @@ def main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) 
     except SystemExit as exc:  # argparse exits on --help (0) and on bad usage (2)
         return int(exc.code or 0)
     try:
-        return args.run(args, out, err)
+        status: int = args.run(args, out, err)
+        return status
     except CliError as exc:
         print(f"sco-agentctl contract {args.command}: {exc}", file=err)
         return 1
@@ -146,6 +149,7 @@ def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for problem in trust.problems:
         print(f"warning: {problem}", file=err)
     raw = _read(args.bundle)
+    outcome: Accepted | Opened | Rejected
     if args.hall is not None:
         outcome = decide(None, raw, NodeScope(args.hall, args.node_class), trust.keys)
     else:

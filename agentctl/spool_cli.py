@@ -19,7 +19,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import ujson
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def stat(path: str) -> dict:
+def stat(path: str) -> dict[str, Any]:
     """read_stats, plus when the oldest unshipped event was spooled (how far shipping lags)."""
     stats = read_stats(path)
     oldest = next(iter_records(path, from_head=True), None)

@@ -7,7 +7,7 @@ files and running supervisorctl is agentctl/__main__.py's job.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from common.notice import Notice, notice_from_dict
 from common.timefmt import format_rfc3339
@@ -40,7 +40,9 @@ def contract_view(doc: Any) -> dict[str, Any] | None:
     doc = doc.get("contract") if isinstance(doc, dict) else None
     if not isinstance(doc, dict):
         return None
-    drain = doc.get("drain") if isinstance(doc.get("drain"), dict) else {}
+    drain = doc.get("drain")
+    if not isinstance(drain, dict):
+        drain = {}
     return {"serial": doc.get("serial"), "hall": doc.get("hall"), "source": doc.get("source"),
             **{k: drain.get(k) for k in BUDGET_KEYS}}
 
@@ -74,13 +76,23 @@ def _clock(n: Notice, verifier: dict[str, Any], rec: DrainRecord | None, budget:
     return clock_for(n, rec, budget)
 
 
-def summarize(*, node: str, hall: str, processes: list[str], notices: Any, contract: Any,
-              drains: Any, verifier: Any, spool: dict[str, Any] | None, now: float) -> dict[str, Any]:
-    verifier = verifier if isinstance(verifier, dict) else {}
-    records = decode_records(drains)[0] if isinstance(drains, dict) else {}
-    cview = contract_view(contract)
+class AgentFiles(NamedTuple):
+    """The agent's state files as the command read them: decoded JSON, or None when missing or
+    unreadable. Any shape is accepted: a damaged file shows as "none", never as a crash."""
+
+    notices: Any = None    # runtime_dir/notice.json
+    contract: Any = None   # runtime_dir/contract.json
+    drains: Any = None     # runtime_dir/executor.json
+    verifier: Any = None   # state_dir/verdicts.json
+    spool: dict[str, Any] | None = None   # the spool file's stats (spool.reader)
+
+
+def summarize(*, node: str, hall: str, processes: list[str], files: AgentFiles, now: float) -> dict[str, Any]:
+    verifier = files.verifier if isinstance(files.verifier, dict) else {}
+    records = decode_records(files.drains)[0] if isinstance(files.drains, dict) else {}
+    cview = contract_view(files.contract)
     active = []
-    for n in _notices(notices):
+    for n in _notices(files.notices):
         rec = records.get(n.id)
         clock = _clock(n, verifier, rec, _budget(cview))
         remaining = rec.remaining if rec is not None else None
@@ -96,7 +108,7 @@ def summarize(*, node: str, hall: str, processes: list[str], notices: Any, contr
             "timeline_ms": timeline(n, rec),
         })
     return {"node": node, "hall": hall, "processes": parse_processes(processes), "contract": cview,
-            "active": active, "last_verdict": last_verdict(verifier), "spool": spool}
+            "active": active, "last_verdict": last_verdict(verifier), "spool": files.spool}
 
 
 def last_verdict(verifier: dict[str, Any]) -> dict[str, Any] | None:
@@ -125,38 +137,46 @@ def _timeline_text(tl: dict[str, Any] | None) -> str:
 
 def render_text(s: dict[str, Any]) -> str:
     lines = [f"node {s['node']} (hall {s['hall']})", "processes:"]
-    for p in s["processes"] or [{"name": "", "state": "", "detail": "(none reported)"}]:
-        lines.append(f"  {p['name']:<10} {p['state']:<9} {p['detail']}".rstrip())
-    c = s["contract"]
-    if not c:
-        lines.append("contract: none on disk (built-in budget)")
-    elif "error" in c:
-        lines.append(f"contract: {c['error']}")
-    else:
-        lines.append(f"contract: serial {c['serial']}, budget {c['budget_s']} s (checkpoint {c['checkpoint_s']} s, "
-                     f"evict {c['evict_s']} s, margin {c['margin_s']} s)")
+    lines += [f"  {p['name']:<10} {p['state']:<9} {p['detail']}".rstrip()
+              for p in s["processes"] or [{"name": "", "state": "", "detail": "(none reported)"}]]
+    lines.append(_contract_line(s["contract"]))
     if not s["active"]:
         lines.append("active notice: none")
     for a in s["active"]:
-        lines.append(f"active notice: {a['id']} {a['kind']} via {a['channel']}, deadline {a['deadline']} "
-                     f"({a['seconds_left']} s left, cutoff in {a['cutoff_in_s']} s)")
-        state = f"  drain: {a['drain_state'] or 'not started'}"
-        if a["escalation"]:
-            state += f", escalation {a['escalation']} ({LEVELS.index(a['escalation']) + 1}/3)"
-        if a["verdict"]:
-            state += f", verdict {a['verdict']}"
-        if a["remaining_count"] is not None:
-            state += f", {a['remaining_count']} left" + (f": {' '.join(a['remaining'])}" if a["remaining"] else "")
-        lines.append(state)
-        lines.append(f"  timeline (ms after issue): {_timeline_text(a['timeline_ms'])}")
-    v = s["last_verdict"]
-    if v:
-        held = f" held up by {v['held_up_by']}, {v['left_count']} left" if v["outcome"] == "overrun" else ""
-        lines.append(f"last verdict: {v['notice_id']} {v['outcome']} at {v['at']}{held}")
-        lines.append(f"  timeline (ms after issue): {_timeline_text(v['timeline_ms'])}")
-    else:
-        lines.append("last verdict: none")
+        lines += _active_lines(a)
+    lines += _verdict_lines(s["last_verdict"])
     sp = s["spool"]
     if sp is not None:
         lines.append("spool: " + ", ".join(f"{k} {v}" for k, v in sp.items()))
     return "\n".join(lines) + "\n"
+
+
+def _contract_line(c: dict[str, Any] | None) -> str:
+    if not c:
+        return "contract: none on disk (built-in budget)"
+    if "error" in c:
+        return f"contract: {c['error']}"
+    return (f"contract: serial {c['serial']}, budget {c['budget_s']} s (checkpoint {c['checkpoint_s']} s, "
+            f"evict {c['evict_s']} s, margin {c['margin_s']} s)")
+
+
+def _active_lines(a: dict[str, Any]) -> list[str]:
+    state = f"  drain: {a['drain_state'] or 'not started'}"
+    if a["escalation"]:
+        state += f", escalation {a['escalation']} ({LEVELS.index(a['escalation']) + 1}/3)"
+    if a["verdict"]:
+        state += f", verdict {a['verdict']}"
+    if a["remaining_count"] is not None:
+        state += f", {a['remaining_count']} left" + (f": {' '.join(a['remaining'])}" if a["remaining"] else "")
+    head = (f"active notice: {a['id']} {a['kind']} via {a['channel']}, deadline {a['deadline']} "
+            f"({a['seconds_left']} s left, cutoff in {a['cutoff_in_s']} s)")
+    return [head, state,
+            f"  timeline (ms after issue): {_timeline_text(a['timeline_ms'])}"]
+
+
+def _verdict_lines(v: dict[str, Any] | None) -> list[str]:
+    if not v:
+        return ["last verdict: none"]
+    held = f" held up by {v['held_up_by']}, {v['left_count']} left" if v["outcome"] == "overrun" else ""
+    return [f"last verdict: {v['notice_id']} {v['outcome']} at {v['at']}{held}",
+            f"  timeline (ms after issue): {_timeline_text(v['timeline_ms'])}"]

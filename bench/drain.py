@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from common.http import TlsFiles
 from common.wire import Budget, phase_ends
 from executor.kube.api import KubeApi
 from executor.kube.runner import DrainRunner, DrainSpec
@@ -121,8 +122,8 @@ class RealCluster(Cluster):
 
     def agent_api(self, node: str) -> Callable[[], KubeApi]:
         s = self.server
-        return lambda: KubeApi(s.url, node, s.nodes[node].token, str(s.ca_file), timeout_s=10.0,
-                               node_token=self.taint_token)
+        return lambda: KubeApi(s.url, node, s.nodes[node].token, tls=TlsFiles(ca_file=str(s.ca_file)),
+                               timeout_s=10.0, node_token=self.taint_token)
 
     def pods_on(self, node: str) -> int:
         return len(self.admin.must("GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"})["items"])

@@ -92,31 +92,144 @@ class ConfigError(ValueError):
     """The configuration file is unusable; the message names the key."""
 
 
-class Section:
-    """Read-only attribute access to one section's values."""
+# One typed, read-only class per section, so the type checker knows ``config.relay.servers`` is
+# a list of strings. The fields repeat SETTINGS' keys by necessity (a checker reads classes, not
+# tables); SETTINGS stays the source of defaults and reasons, and tests/unit/test_config.py fails
+# if a class's fields, their order or their types differ from the table's. NamedTuples again:
+# no dataclasses import.
+class NodeSection(NamedTuple):
+    name: str
+    hall: str
+    node_class: str
+    instance_id: str
+    scheduler: str
 
-    def __init__(self, name: str, values: dict[str, Any]) -> None:
-        self._name = name
-        self.__dict__.update(values)
 
-    def __repr__(self) -> str:
-        items = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-        return f"Section({self._name!r}, {items!r})"
+class PathsSection(NamedTuple):
+    runtime_dir: str
+    state_dir: str
+
+
+class RelaySection(NamedTuple):
+    servers: list[str]
+    credentials_file: str
+    tls_ca: str
+    tls_cert: str
+    tls_key: str
+    max_payload: int
+
+
+class MetadataSection(NamedTuple):
+    provider: str
+    url: str
+    poll_interval_s: float
+    timeout_s: float
+    max_body: int
+    imds_token_ttl_s: int
+    allow_imdsv1: bool
+
+
+class ContractSection(NamedTuple):
+    launch_path: str
+    trust_dir: str
+    url: str
+    refresh_s: float
+
+
+class KubernetesSection(NamedTuple):
+    api_url: str
+    token_file: str
+    client_cert_file: str
+    client_key_file: str
+    ca_file: str
+    timeout_s: float
+    taint_token_file: str
+    fallback_command: list[str]
+
+
+class SlurmSection(NamedTuple):
+    conf: str
+    command_timeout_s: float
+
+
+class AgentSocketSection(NamedTuple):
+    path: str
+    mode: str
+    group: str
+    max_clients: int
+
+
+class SpoolSection(NamedTuple):
+    size_mb: int
+    vector_url: str
+    batch_max: int
+
+
+class MetricsSection(NamedTuple):
+    textfile: str
+
+
+class ExecutorSection(NamedTuple):
+    dry_run: bool
 
 
 class Config:
     """The validated configuration: ``config.relay.servers`` and so on."""
 
+    __slots__ = (
+        "agent_socket",
+        "contract",
+        "executor",
+        "kubernetes",
+        "metadata",
+        "metrics",
+        "node",
+        "paths",
+        "relay",
+        "slurm",
+        "source",
+        "spool",
+    )
+    source: str
+    node: NodeSection
+    paths: PathsSection
+    relay: RelaySection
+    metadata: MetadataSection
+    contract: ContractSection
+    kubernetes: KubernetesSection
+    slurm: SlurmSection
+    agent_socket: AgentSocketSection
+    spool: SpoolSection
+    metrics: MetricsSection
+    executor: ExecutorSection
+
     def __init__(self, values: dict[str, dict[str, Any]], source: str) -> None:
         self.source = source
-        for name, section in values.items():
-            setattr(self, name, Section(name, section))
+        for name, section_class in SECTION_CLASSES.items():
+            # Keyword construction: a key missing from, or extra to, the class is a TypeError here.
+            setattr(self, name, section_class(**values[name]))
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for s in SETTINGS:
-            out.setdefault(s.section, {})[s.key] = getattr(getattr(self, s.section), s.key)
-        return out
+        return {name: getattr(self, name)._asdict() for name in SECTION_CLASSES}
+
+    def __repr__(self) -> str:
+        return f"Config({self.source!r}, {self.as_dict()!r})"
+
+
+# Section name in the file -> its class, in SETTINGS' order.
+SECTION_CLASSES: dict[str, type[Any]] = {
+    "node": NodeSection,
+    "paths": PathsSection,
+    "relay": RelaySection,
+    "metadata": MetadataSection,
+    "contract": ContractSection,
+    "kubernetes": KubernetesSection,
+    "slurm": SlurmSection,
+    "agent_socket": AgentSocketSection,
+    "spool": SpoolSection,
+    "metrics": MetricsSection,
+    "executor": ExecutorSection,
+}
 
 
 def defaults() -> dict[str, dict[str, Any]]:

@@ -245,13 +245,13 @@ def _bool(value: Any, name: str) -> bool:
 
 
 def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if value not in choices or not isinstance(value, str):
+    if not isinstance(value, str) or value not in choices:
         raise _fail(name, f"one of {', '.join(choices)}", value)
     return value
 
 
 def _name(value: Any, name: str) -> str:
-    if value == "*" or (isinstance(value, str) and _NAME.match(value)):
+    if isinstance(value, str) and (value == "*" or _NAME.match(value)):
         return value
     raise _fail(name, "a name of letters, digits, '.', '_', '-' (at most 63) or '*'", value)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 EVENT_TYPES = frozenset({
     "agent.started", "agent.process_exited", "agent.config_error",
@@ -28,22 +28,29 @@ EVENT_TYPES = frozenset({
 })
 
 
+class Origin(NamedTuple):
+    """Who emits an event: the node, its hall, and the emitting process's per-start stamp."""
+
+    node: str
+    hall: str
+    source: str
+
+
 def make_event(
-    type: str, *, node: str, hall: str, source: str, seq: int,
+    type: str, origin: Origin, seq: int, *,
     notice_id: str = "", data: dict[str, Any] | None = None, now: float | None = None,
-    event_id: str | None = None,
 ) -> dict[str, Any]:
-    """Build one event record. Unknown types are a programming error, caught in tests."""
+    """Build one event record, with a fresh event id. Unknown types are a programming error, caught in tests."""
     if type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type!r}")
     ts = time.time() if now is None else now
     return {
-        "event_id": event_id or uuid4(),
+        "event_id": uuid4(),
         "seq": seq,
         "ts": _rfc3339_ms(ts),
-        "node": node,
-        "hall": hall,
-        "source": source,
+        "node": origin.node,
+        "hall": origin.hall,
+        "source": origin.source,
         "type": type,
         "notice_id": notice_id,
         "data": data or {},
@@ -79,13 +86,11 @@ class Outbox:
     def __init__(self, source: str, node: str, hall: str, limit: int = 10000,
                  resend_after_s: float = 2.0) -> None:
         self.source = source
-        self.node = node
-        self.hall = hall
         self.limit = limit
         self.resend_after_s = resend_after_s
         self.seq = 0
         # A per-start stamp keeps seq unique across restarts of this process.
-        self.instance = f"{source}-{os.getpid()}-{int(time.time())}"
+        self.origin = Origin(node, hall, f"{source}-{os.getpid()}-{int(time.time())}")
         self.pending: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self.dropped = 0
 
@@ -96,8 +101,7 @@ class Outbox:
         data = dict(data or {})
         if self.dropped:
             data["outbox_dropped"] = self.dropped
-        ev = make_event(type, node=self.node, hall=self.hall, source=self.instance, seq=self.seq,
-                        notice_id=notice_id, data=data, now=now)
+        ev = make_event(type, self.origin, self.seq, notice_id=notice_id, data=data, now=now)
         self.pending[ev["event_id"]] = (now, ev)
         while len(self.pending) > self.limit:
             self.pending.popitem(last=False)

@@ -23,7 +23,7 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 
@@ -81,16 +81,25 @@ class Response:
     body: bytes = b""
 
 
-def tls_context(ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "") -> ssl.SSLContext:
-    """A client TLS context. ``cert_file``/``key_file``: a client certificate (e.g. the kubelet's
-    node identity); the key may be in the certificate file. One context with the system CA store
-    costs about 1 MiB: clients talking to the same server should share one (it is thread-safe)."""
-    ctx = ssl.create_default_context(cafile=ca_file or None)
-    if insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file or None)
+class TlsFiles(NamedTuple):
+    """Where a client's TLS material is; empty: none. ``ca_file``: a CA bundle instead of the system
+    store; ``cert_file``/``key_file``: a client certificate (e.g. the kubelet's node identity),
+    whose key may be in the certificate file."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+
+SYSTEM_TLS = TlsFiles()   # the system CA store, no client certificate
+
+
+def tls_context(files: TlsFiles = SYSTEM_TLS) -> ssl.SSLContext:
+    """A client TLS context. One context with the system CA store costs about 1 MiB: clients
+    talking to the same server should share one (it is thread-safe)."""
+    ctx = ssl.create_default_context(cafile=files.ca_file or None)
+    if files.cert_file:
+        ctx.load_cert_chain(files.cert_file, files.key_file or None)
     return ctx
 
 
@@ -98,9 +107,8 @@ class HttpClient:
     """Calls to one base URL, over one kept-alive connection that is rebuilt after any error."""
 
     def __init__(self, base_url: str, timeout_s: float = 5.0, max_body: int = 1 << 20,
-                 ca_file: str = "", insecure: bool = False, cert_file: str = "", key_file: str = "",
-                 tls: ssl.SSLContext | None = None) -> None:
-        """TLS settings as for ``tls_context``, or ``tls``: a context to share."""
+                 tls: ssl.SSLContext | TlsFiles = SYSTEM_TLS) -> None:
+        """``tls`` (https only): a context to share, or the files to build this client's own from."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -112,7 +120,7 @@ class HttpClient:
         self.max_body = max_body
         self._ssl: ssl.SSLContext | None = None
         if self.scheme == "https":
-            self._ssl = tls or tls_context(ca_file, insecure, cert_file, key_file)
+            self._ssl = tls if isinstance(tls, ssl.SSLContext) else tls_context(tls)
         self._conn: http.client.HTTPConnection | None = None
 
     @property
@@ -149,6 +157,7 @@ class HttpClient:
         limit = self.max_body if max_body is None else max_body
         budget = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
+        what = f"{method} {path}"
         conn = self._connection(budget)
         conn.response_class = partial(_DeadlineResponse, deadline=deadline)   # type: ignore[assignment]
         try:
@@ -161,36 +170,40 @@ class HttpClient:
             conn.request(method, self.prefix + path, body=body, headers=headers or {})
             resp = conn.getresponse()
             hdrs = {k.lower(): v for k, v in resp.getheaders()}
-            length = hdrs.get("content-length")
-            expected = int(length) if length is not None and length.isascii() and length.isdigit() else None
-            if expected is not None and expected > limit:
-                self.close()   # never read a body we already know is too large
-                raise HttpError("too_large", f"{method} {path}: Content-Length {length} > {limit}",
-                                status=resp.status)
-            data = resp.read(limit + 1)
-            if len(data) > limit:
-                self.close()
-                raise HttpError("too_large", f"{method} {path}: body larger than {limit}", status=resp.status)
-            if resp.length:   # bytes of the Content-Length still missing: http.client returns short at EOF
-                self.close()
-                raise HttpError("error", f"{method} {path}: {len(data)} of {expected} bytes", "truncated")
+            data = self._body(resp, hdrs.get("content-length"), what, limit)
             if resp.will_close:
                 self.close()
             return Response(resp.status, hdrs, data)
         except HttpError:
             raise
-        except TimeoutError:
+        except (OSError, http.client.HTTPException) as e:   # ssl.SSLError and TimeoutError are OSErrors
             self.close()
-            raise HttpError("timeout", f"{method} {path}: no complete answer within {budget:g} s") from None
-        except ConnectionRefusedError as e:
+            raise _no_answer(e, what, budget) from None
+
+    def _body(self, resp: http.client.HTTPResponse, length: str | None, what: str, limit: int) -> bytes:
+        """The whole body, at most ``limit`` bytes; closes the connection on a body it refuses."""
+        expected = int(length) if length is not None and length.isascii() and length.isdigit() else None
+        if expected is not None and expected > limit:
+            self.close()   # never read a body we already know is too large
+            raise HttpError("too_large", f"{what}: Content-Length {length} > {limit}", status=resp.status)
+        data = resp.read(limit + 1)
+        if len(data) > limit:
             self.close()
-            raise HttpError("refused", f"{method} {path}: {e}") from None
-        except http.client.IncompleteRead as e:
+            raise HttpError("too_large", f"{what}: body larger than {limit}", status=resp.status)
+        if resp.length:   # bytes of the Content-Length still missing: http.client returns short at EOF
             self.close()
-            raise HttpError("error", f"{method} {path}: {e!r}", "truncated") from None
-        except http.client.HTTPException as e:
-            self.close()
-            raise HttpError("error", f"{method} {path}: {type(e).__name__}: {e}", "protocol") from None
-        except (OSError, ssl.SSLError) as e:
-            self.close()
-            raise HttpError("error", f"{method} {path}: {type(e).__name__}: {e}", "network") from None
+            raise HttpError("error", f"{what}: {len(data)} of {expected} bytes", "truncated")
+        return data
+
+
+def _no_answer(e: Exception, what: str, budget: float) -> HttpError:
+    """The failure reason of an exchange that ended without a complete answer."""
+    if isinstance(e, TimeoutError):
+        return HttpError("timeout", f"{what}: no complete answer within {budget:g} s")
+    if isinstance(e, ConnectionRefusedError):
+        return HttpError("refused", f"{what}: {e}")
+    if isinstance(e, http.client.IncompleteRead):
+        return HttpError("error", f"{what}: {e!r}", "truncated")
+    if isinstance(e, http.client.HTTPException):
+        return HttpError("error", f"{what}: {type(e).__name__}: {e}", "protocol")
+    return HttpError("error", f"{what}: {type(e).__name__}: {e}", "network")

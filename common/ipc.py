@@ -70,11 +70,17 @@ def ensure_runtime_dir(path: str) -> str:
     return path
 
 
+# pyzmq's generics: a Context makes Sockets, and a Socket's parameter is what it receives
+# (bytes, for the synchronous sockets every process uses).
+Socket = zmq.Socket[bytes]
+Context = zmq.Context[Socket]
+
+
 def endpoint(runtime_dir: str, name: str) -> str:
     return f"ipc://{os.path.join(runtime_dir, name)}"
 
 
-def make_socket(ctx: zmq.Context, kind: int, **options: Any) -> zmq.Socket:
+def make_socket(ctx: Context, kind: int, **options: Any) -> Socket:
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
@@ -85,7 +91,7 @@ def make_socket(ctx: zmq.Context, kind: int, **options: Any) -> zmq.Socket:
     return sock
 
 
-def bind(ctx: zmq.Context, kind: int, runtime_dir: str, name: str, **options: Any) -> zmq.Socket:
+def bind(ctx: Context, kind: int, runtime_dir: str, name: str, **options: Any) -> Socket:
     """Bind ``name`` under the runtime dir; a stale socket file from a killed process is replaced."""
     sock = make_socket(ctx, kind, **options)
     path = os.path.join(runtime_dir, name)
@@ -98,13 +104,13 @@ def bind(ctx: zmq.Context, kind: int, runtime_dir: str, name: str, **options: An
     return sock
 
 
-def connect(ctx: zmq.Context, kind: int, runtime_dir: str, name: str, **options: Any) -> zmq.Socket:
+def connect(ctx: Context, kind: int, runtime_dir: str, name: str, **options: Any) -> Socket:
     sock = make_socket(ctx, kind, **options)
     sock.connect(endpoint(runtime_dir, name))
     return sock
 
 
-def subscriber(ctx: zmq.Context, runtime_dir: str, name: str, *topics: bytes) -> zmq.Socket:
+def subscriber(ctx: Context, runtime_dir: str, name: str, *topics: bytes) -> Socket:
     sock = connect(ctx, zmq.SUB, runtime_dir, name)
     for t in topics:
         sock.setsockopt(zmq.SUBSCRIBE, t)
@@ -133,7 +139,7 @@ def decode(frames: list[bytes]) -> tuple[bytes, dict[str, Any]]:
     return topic, body
 
 
-def pending(sock: zmq.Socket) -> Iterator[list[bytes]]:
+def pending(sock: Socket) -> Iterator[list[bytes]]:
     """Every message waiting on ``sock`` right now, without blocking (the receivers' read loop)."""
     while True:
         try:
@@ -142,7 +148,7 @@ def pending(sock: zmq.Socket) -> Iterator[list[bytes]]:
             return
 
 
-def send(sock: zmq.Socket, topic: bytes, body: dict[str, Any]) -> bool:
+def send(sock: Socket, topic: bytes, body: dict[str, Any]) -> bool:
     """Send without blocking; False if the peer queue is full (level-triggered state is resent anyway)."""
     try:
         sock.send_multipart(encode(topic, body), flags=zmq.NOBLOCK)

@@ -135,7 +135,7 @@ class Rejections:
 class SpoolLink:
     """A process's events on their way to the spool: send, collect acks, resend the rest."""
 
-    def __init__(self, ctx: zmq.Context, config: Config, process: str, log: Logger) -> None:
+    def __init__(self, ctx: ipc.Context, config: Config, process: str, log: Logger) -> None:
         self.log = log
         self.outbox = Outbox(process, config.node.name, config.node.hall)
         self.sock = ipc.connect(ctx, zmq.DEALER, config.paths.runtime_dir, ipc.SPOOL_INTAKE,

@@ -23,7 +23,7 @@ _RFC3339 = re.compile(
 )
 
 
-def parse_rfc3339(text: str) -> float:
+def parse_rfc3339(text: object) -> float:
     """Return epoch seconds for an RFC 3339 string; ``ValueError`` on anything else."""
     if not isinstance(text, str) or len(text) > 40:
         raise ValueError("not an RFC 3339 time")
@@ -74,7 +74,7 @@ _GMT = re.compile(r"^(?:(Mon|Tue|Wed|Thu|Fri|Sat|Sun), )?(\d{1,2}) "
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-def parse_gmt(text: str) -> float:
+def parse_gmt(text: object) -> float:
     """Epoch seconds for an RFC 1123 or Go-layout GMT time; ``ValueError`` on anything else."""
     if not isinstance(text, str) or len(text) > 40:
         raise ValueError("not a GMT time")

@@ -36,7 +36,7 @@ PUBLISH_EVERY_S = 1.0
 
 
 class Executor:
-    def __init__(self, config: Config, log: Logger, ctx: zmq.Context) -> None:
+    def __init__(self, config: Config, log: Logger, ctx: ipc.Context) -> None:
         self.config = config
         self.log = log
         rd = config.paths.runtime_dir

@@ -30,9 +30,11 @@ import socket
 import stat
 import struct
 import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from executor.socket_protocol import AgentProtocol
-from executor.socket_wire import Ack, ClientInfo, Close, Peer, Send
+from executor.socket_wire import Ack, Action, ClientInfo, Close, Peer, Send
 
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
@@ -40,6 +42,24 @@ _READ_SIZE = 64 * 1024
 _ACCEPTS_PER_CALL = 64  # then let the outer loop serve others; epoll is level-triggered
 _ACCEPT_PAUSE_S = 1.0  # out of fds: stop accepting for a moment instead of spinning
 _PEERCRED = struct.Struct("3i")
+
+
+class ServerLimits(NamedTuple):
+    """What the server holds and how long it waits; the defaults suit a node.
+
+    ``max_pending_bytes``: output held for a client beyond what the kernel buffer took; a client
+    exceeding it is dropped (it is not reading). ``sndbuf``: SO_SNDBUF per client, None = system
+    default. ``max_acks``: acks kept between drain_acks() calls (excess counted, not kept)."""
+
+    max_clients: int = 1024
+    register_timeout_s: float = 30.0
+    line_timeout_s: float = 10.0
+    max_pending_bytes: int = 8192
+    sndbuf: int | None = None
+    max_acks: int = 65536
+
+
+DEFAULT_LIMITS = ServerLimits()
 
 
 class AgentSocketError(RuntimeError):
@@ -61,22 +81,18 @@ class AgentSocketServer:
     """The agent socket: listen, serve clients, broadcast notices, collect acks."""
 
     def __init__(self, path: str, *, mode: int = 0o660, owner: str | int | None = None,
-                 group: str | int | None = None, dir_mode: int = 0o755, max_clients: int = 1024,
-                 register_timeout_s: float = 30.0, line_timeout_s: float = 10.0,
-                 max_pending_bytes: int = 8192, sndbuf: int | None = None,
-                 max_acks: int = 65536) -> None:
-        """``max_pending_bytes``: output held for a client beyond what the kernel buffer took; a client
-        exceeding it is dropped (it is not reading). ``sndbuf``: SO_SNDBUF per client, None = system
-        default. ``max_acks``: acks kept between drain_acks() calls (excess counted, not kept)."""
+                 group: str | int | None = None, dir_mode: int = 0o755,
+                 limits: ServerLimits = DEFAULT_LIMITS) -> None:
+        """The socket file's ``mode``, ``owner``, ``group`` and its directory's ``dir_mode``; ``limits``."""
         # Resolve names now so a typo fails at start, not at the first bind.
         self._uid = _resolve(owner, lambda n: pwd.getpwnam(n).pw_uid)
         self._gid = _resolve(group, lambda n: grp.getgrnam(n).gr_gid)
-        if max_pending_bytes < 1 or max_acks < 1:
+        if limits.max_pending_bytes < 1 or limits.max_acks < 1:
             raise ValueError("max_pending_bytes and max_acks must be positive")
         self.path, self.mode, self.dir_mode = path, mode, dir_mode
-        self.max_pending_bytes, self.sndbuf, self.max_acks = max_pending_bytes, sndbuf, max_acks
-        self._core = AgentProtocol(max_clients=max_clients, register_timeout_s=register_timeout_s,
-                                   line_timeout_s=line_timeout_s)
+        self.max_pending_bytes, self.sndbuf, self.max_acks = limits.max_pending_bytes, limits.sndbuf, limits.max_acks
+        self._core = AgentProtocol(max_clients=limits.max_clients, register_timeout_s=limits.register_timeout_s,
+                                   line_timeout_s=limits.line_timeout_s)
         self._ep: select.epoll | None = None
         self._listener: socket.socket | None = None
         self._inode: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we made
@@ -114,9 +130,14 @@ class AgentSocketServer:
 
     def fileno(self) -> int:
         """The one fd the outer loop polls for reading; call process() when it is readable."""
-        if self._ep is None:
+        return self._listening()[1].fileno()
+
+    def _listening(self) -> tuple[socket.socket, select.epoll]:
+        """The listener and the epoll set: both exist from listen() to close(), and every link lives
+        within that span, so only a call out of order finds them missing."""
+        if self._listener is None or self._ep is None:
             raise RuntimeError("listen() first")
-        return self._ep.fileno()
+        return self._listener, self._ep
 
     def close(self) -> None:
         """Close every connection and the listener; unlink the socket file if it is still ours."""
@@ -142,7 +163,7 @@ class AgentSocketServer:
 
     def process(self, now: float | None = None) -> None:
         """Serve whatever is ready (accepts, reads, writes); never blocks."""
-        if self._ep is None:
+        if self._listener is None or self._ep is None:
             return
         now = time.monotonic() if now is None else now
         listen_fd = self._listener.fileno()
@@ -161,7 +182,8 @@ class AgentSocketServer:
         """Run the timers: register and line timeouts, resuming accepts after running out of fds."""
         now = time.monotonic() if now is None else now
         self._apply(self._core.tick(now))
-        if self._accept_paused_until is not None and now >= self._accept_paused_until and self._ep:
+        if (self._accept_paused_until is not None and now >= self._accept_paused_until
+                and self._listener is not None and self._ep is not None):
             self._accept_paused_until = None
             self._ep.modify(self._listener.fileno(), _IN)
 
@@ -170,7 +192,7 @@ class AgentSocketServer:
         times = [t for t in (self._core.next_deadline(), self._accept_paused_until) if t is not None]
         return min(times, default=None)
 
-    def announce(self, notice: dict, now: float | None = None) -> None:
+    def announce(self, notice: dict[str, Any], now: float | None = None) -> None:
         """Make ``notice`` (id, kind, deadline, checkpoint_by) active and send it to every client."""
         self._apply(self._core.announce(notice, time.monotonic() if now is None else now))
 
@@ -195,15 +217,16 @@ class AgentSocketServer:
         return out
 
     @property
-    def active_notice(self) -> dict | None:
+    def active_notice(self) -> dict[str, Any] | None:
         return self._core.active_notice
 
     # -- I/O ------------------------------------------------------------------
 
     def _accept(self, now: float) -> None:
+        listener, ep = self._listening()
         for _ in range(_ACCEPTS_PER_CALL):
             try:
-                sock, _addr = self._listener.accept()
+                sock, _addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as e:
@@ -211,7 +234,7 @@ class AgentSocketServer:
                     # The connection stays queued and the listener stays readable: pause, don't spin.
                     self._count("accept_paused")
                     self._accept_paused_until = now + _ACCEPT_PAUSE_S
-                    self._ep.modify(self._listener.fileno(), 0)
+                    ep.modify(listener.fileno(), 0)
                     return
                 self._count("accept_failed")  # e.g. ECONNABORTED: that client is gone already
                 continue
@@ -224,7 +247,7 @@ class AgentSocketServer:
             link = _Link(self._next_conn, sock)
             self._links[link.fd] = link
             self._by_conn[link.conn] = link
-            self._ep.register(link.fd, _IN)
+            ep.register(link.fd, _IN)
             self._apply(self._core.connect(link.conn, Peer(pid, uid, gid), now))
 
     def _read(self, link: _Link, now: float) -> None:
@@ -242,7 +265,7 @@ class AgentSocketServer:
             return
         self._apply(self._core.receive(link.conn, data, now))
 
-    def _apply(self, actions: list) -> None:
+    def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
                 link = self._by_conn.get(action.conn)
@@ -278,7 +301,7 @@ class AgentSocketServer:
             self._drop(link)
         elif not link.writing:
             link.writing = True
-            self._ep.modify(link.fd, _IN | _OUT)
+            self._listening()[1].modify(link.fd, _IN | _OUT)
 
     def _flush(self, link: _Link, final: bool = False) -> None:
         """Write pending output; ``final``: best effort before closing, errors ignored."""
@@ -295,7 +318,7 @@ class AgentSocketServer:
             return
         if not link.out and link.writing and not final:
             link.writing = False
-            self._ep.modify(link.fd, _IN)
+            self._listening()[1].modify(link.fd, _IN)
 
     def _drop(self, link: _Link) -> None:
         self._links.pop(link.fd, None)
@@ -311,7 +334,7 @@ class AgentSocketServer:
         self._counts[key] = self._counts.get(key, 0) + 1
 
 
-def _resolve(value: str | int | None, lookup) -> int:
+def _resolve(value: str | int | None, lookup: Callable[[str], int]) -> int:
     """A user/group given by name or number; -1 (leave unchanged) for None."""
     if value is None:
         return -1

@@ -15,7 +15,7 @@ from common.config import Config
 from common.log import Logger
 from common.runtime import Rejections
 from executor import workload_map
-from executor.agent_socket import AgentSocketError, AgentSocketServer
+from executor.agent_socket import AgentSocketError, AgentSocketServer, ServerLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class Clients:
         s = config.agent_socket
         try:
             server = AgentSocketServer(s.path, mode=int(s.mode, 8), group=s.group or None,
-                                       max_clients=s.max_clients)
+                                       limits=ServerLimits(max_clients=s.max_clients))
             server.listen()
         except (AgentSocketError, OSError, KeyError, ValueError) as e:
             log.error("agent_socket.unavailable", path=s.path, error=str(e)[:300])

@@ -31,8 +31,10 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import NoReturn
 
 from sco_checkpoint.client import (
+    Message,
     ProtocolError,
     ack_notice,
     on_notice,
@@ -50,7 +52,7 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit 2, which means "timeout" here
+    def error(self, message: str) -> NoReturn:  # argparse would exit 2, which means "timeout" here
         raise _UsageError(f"{self.prog}: {message}")
 
 
@@ -69,7 +71,7 @@ def parse_time(text: object) -> float:
     return when.timestamp()
 
 
-def checkpoint_window(notice: dict, window_s: float, now_epoch: float) -> float:
+def checkpoint_window(notice: Message, window_s: float, now_epoch: float) -> float:
     """Seconds to wait for the checkpoint: the smaller of --window and what is left before checkpoint_by."""
     try:
         left = parse_time(notice.get("checkpoint_by")) - now_epoch
@@ -137,7 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return EXIT_NOT_FOUND
         exited = threading.Event()
 
-        def checkpoint(notice: dict) -> bool:
+        def checkpoint(notice: Message) -> bool:
             if os.path.exists(done_path):
                 os.unlink(done_path)  # left from an earlier notice: this one needs its own
             with open(notice_path + ".tmp", "w") as f:
@@ -202,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the sco-checkpoint console script; returns the exit status."""
     try:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except _UsageError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 DEFAULT_PATH = "/run/sco-agent/agent.sock"
 ENV_PATH = "SCO_AGENT_SOCKET"
@@ -35,6 +36,7 @@ MAX_LINE = 64 * 1024
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 5.0  # notice windows are 30 s to 2 min: never wait long to get back on the socket
 _REMEMBERED_ACKS = 64
+Message = dict[str, Any]   # one decoded line of the protocol (docs/agent-socket.md)
 
 
 def default_path() -> str:
@@ -59,7 +61,7 @@ class Connection:
         self.path = path or default_path()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._buf = b""
-        self._pending: list[dict] = []  # messages read while waiting for a specific reply
+        self._pending: list[Message] = []  # messages read while waiting for a specific reply
         try:
             self._sock.settimeout(timeout)
             self._sock.connect(self.path)
@@ -69,10 +71,10 @@ class Connection:
             self._sock.close()
             raise
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: Message) -> None:
         self._sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
 
-    def read(self, timeout: float | None) -> dict | None:
+    def read(self, timeout: float | None) -> Message | None:
         """The next message; None on timeout; ConnectionError when the agent closed the socket."""
         if self._pending:
             return self._pending.pop(0)
@@ -99,9 +101,9 @@ class Connection:
         return msg
 
     def ack(self, notice_id: str, status: str, detail: str = "", replay: bool = False,
-            timeout: float | None = 5.0) -> dict:
+            timeout: float | None = 5.0) -> Message:
         """Send an ack and return the agent's ``acked`` reply; ProtocolError on an error reply."""
-        msg = {"op": "ack", "id": notice_id, "status": status}
+        msg: Message = {"op": "ack", "id": notice_id, "status": status}
         if detail:
             msg["detail"] = detail[:1024]
         if replay:
@@ -119,10 +121,10 @@ class Connection:
         except OSError:
             pass
 
-    def _expect(self, op: str, timeout: float | None) -> dict:
+    def _expect(self, op: str, timeout: float | None) -> Message:
         """Read until the reply ``op``; a notice arriving meanwhile is kept for the next read()."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        held: list[dict] = []
+        held: list[Message] = []
         try:
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -137,7 +139,7 @@ class Connection:
         finally:
             self._pending = self._pending + held
 
-    def _read_unpending(self, timeout: float | None) -> dict | None:
+    def _read_unpending(self, timeout: float | None) -> Message | None:
         saved, self._pending = self._pending, []
         try:
             return self.read(timeout)
@@ -146,7 +148,7 @@ class Connection:
 
 
 def wait_for_notice(timeout: float | None, path: str | None = None,
-                    name: str | None = None) -> dict | None:
+                    name: str | None = None) -> Message | None:
     """Block until a notice arrives (returned as a dict) or ``timeout`` seconds pass (None).
 
     If the agent is not up, keep trying to connect until the timeout: it may be restarting.
@@ -177,7 +179,7 @@ def wait_for_notice(timeout: float | None, path: str | None = None,
 
 
 def ack_notice(notice_id: str, status: str = "checkpointed", detail: str = "",
-               path: str | None = None, name: str | None = None, timeout: float = 5.0) -> dict:
+               path: str | None = None, name: str | None = None, timeout: float = 5.0) -> Message:
     """Acknowledge the active notice over a fresh connection (for shell scripts); ProtocolError if refused."""
     conn = Connection(path, name, timeout=timeout)
     try:
@@ -189,14 +191,14 @@ def ack_notice(notice_id: str, status: str = "checkpointed", detail: str = "",
 
 def backoff(attempt: int) -> float:
     """Capped exponential backoff with jitter: half fixed, half random, so restarts don't stampede."""
-    ceiling = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** min(attempt - 1, 16))
+    ceiling = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2.0 ** min(attempt - 1, 16))
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
 class NoticeListener:
     """Keeps a registered connection to the agent and answers each notice through ``callback``."""
 
-    def __init__(self, callback: Callable[[dict], object], path: str | None = None,
+    def __init__(self, callback: Callable[[Message], object], path: str | None = None,
                  name: str | None = None, reconnect: bool = True) -> None:
         self.callback, self.path, self.name, self.reconnect = callback, path, name, reconnect
         self.answered: dict[str, tuple[str, str]] = {}  # notice id -> (status, detail), newest last
@@ -265,7 +267,7 @@ class NoticeListener:
             finally:
                 self._idle.set()
 
-    def _answer(self, conn: Connection, notice: dict) -> None:
+    def _answer(self, conn: Connection, notice: Message) -> None:
         nid = notice["id"]
         replay = nid in self.answered
         if not replay:
@@ -276,7 +278,7 @@ class NoticeListener:
         except ProtocolError:
             pass  # e.g. withdrawn meanwhile: the agent no longer wants the answer
 
-    def _checkpoint(self, notice: dict) -> tuple[str, str]:
+    def _checkpoint(self, notice: Message) -> tuple[str, str]:
         try:
             result = self.callback(notice)
         except Exception as e:  # noqa: BLE001 -- any failure of the workload is an answer, not our crash
@@ -289,7 +291,7 @@ class NoticeListener:
             self.answered.pop(next(iter(self.answered)))
 
 
-def on_notice(callback: Callable[[dict], object], path: str | None = None,
+def on_notice(callback: Callable[[Message], object], path: str | None = None,
               name: str | None = None, reconnect: bool = True, block: bool = False) -> NoticeListener:
     """Call ``callback(notice)`` for each new notice and ack the outcome to the agent.
 

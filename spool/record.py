@@ -142,7 +142,9 @@ def find_header(buf: bytearray, lo: int, hi: int, shift: int, min_seq: int) -> i
             return i
 
 
-def skim(buf: memoryview, lo: int, hi: int, seq: int, budget: int, last_seq: int,
+# Why the noqa below: the hot loop takes its limits as plain ints, which become its locals; a record of them
+# would be one more object and attribute load per window, for the one caller (scan.Walker.skim).
+def skim(buf: memoryview, lo: int, hi: int, seq: int, budget: int, last_seq: int,  # noqa: PLR0913, PLR0917
          max_records: int, max_bytes: int, out: list[tuple[int, bytes]] | None) -> tuple[int, int, int]:
     """Pass over consecutive verified records seq, seq+1, ... lying wholly in ``buf[lo:hi]``.
 

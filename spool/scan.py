@@ -128,7 +128,9 @@ class Walker:
     of any kind; iterating yields every verified record.
     """
 
-    def __init__(self, src: Source, size: int, pos: int, seq: int, budget: int, *,
+    # Why the noqa below: five facts of where the walk starts (file, its size, position, seq, budget), then
+    # three keyword-only switches; no caller holds any two of them as a unit to pass instead.
+    def __init__(self, src: Source, size: int, pos: int, seq: int, budget: int, *,  # noqa: PLR0913
                  bounded: bool, keep_payload: bool = True, last_seq: int = 1 << 64) -> None:
         self._src = src
         self._size = size

@@ -21,10 +21,8 @@ from common.http import HttpClient, HttpError
 from common.log import Logger
 from spool.ring import SpoolIOError
 from spool.shipping import (
-    BACKOFF_BASE_S,
-    BACKOFF_CAP_S,
-    SHIP_TIMEOUT_S,
     Bisect,
+    ShipPolicy,
     backoff_s,
     classify,
     retry_after_s,
@@ -39,14 +37,14 @@ RECORD_PREFIX = 200    # bytes of a set-aside record quoted in its spool.ship_re
 
 class Shipper(threading.Thread):
     def __init__(self, store: Store, log: Logger, url: str | None, batch_max: int, *,
-                 timeout_s: float = SHIP_TIMEOUT_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 backoff_cap_s: float = BACKOFF_CAP_S, rng: random.Random | None = None) -> None:
+                 policy: ShipPolicy | None = None, rng: random.Random | None = None) -> None:
         super().__init__(name="shipper", daemon=True)
+        policy = policy or ShipPolicy()
         self.store = store
         self.log = log
         self.batch_max = batch_max
-        self.timeout_s = timeout_s
-        self.backoff = (backoff_base_s, backoff_cap_s)
+        self.timeout_s = policy.timeout_s
+        self.backoff = (policy.backoff_base_s, policy.backoff_cap_s)
         self.rng = rng or random.Random()
         self.url = url
         self.stopping = threading.Event()

@@ -33,6 +33,15 @@ SHIP_TIMEOUT_S = 45.0
 REJECT_STATUSES = frozenset({400, 413, 422})
 
 
+@dataclass(frozen=True, slots=True)
+class ShipPolicy:
+    """How long one POST may take, and how retries back off (the tests shorten all three)."""
+
+    timeout_s: float = SHIP_TIMEOUT_S
+    backoff_base_s: float = BACKOFF_BASE_S
+    backoff_cap_s: float = BACKOFF_CAP_S
+
+
 def backoff_s(failures: int, rng: random.Random, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S) -> float:
     """'Equal jitter' exponential backoff: uniform in [c/2, c], c = min(cap, base * 2**failures).
 

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         ready(sys.stdout)
         while True:
             # Idle means asleep: wake on a timer only while events wait for the spool's ack.
-            events = dict(poller.poll(TICK_S * 1000 if link.outbox.pending else None))
+            events = dict(poller.poll(int(TICK_S * 1000) if link.outbox.pending else None))
             if link.sock in events:
                 link.on_readable()
             link.tick()

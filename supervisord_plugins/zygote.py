@@ -114,7 +114,8 @@ def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", *
             _run_in_child(entry, filename, argv, env)   # never returns
         return original(filename, argv, env)
 
-    zygote_execve.zygote_original = original  # type: ignore[attr-defined]
+    # A mark on the function itself, so installing twice wraps supervisor's execve, not ours.
+    zygote_execve.zygote_original = original  # type: ignore[attr-defined]  # functions take attributes
     options.execve = zygote_execve
     # Objects that exist now live as long as supervisord: keep the collector off them, so
     # neither supervisord's nor a worker's collections write to (and so un-share) their pages.

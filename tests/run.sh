@@ -37,6 +37,11 @@ fi
 echo "== ruff"
 "$VENV/bin/ruff" check .
 
+# The files to check are in pyproject.toml ([tool.mypy] files); set -e stops the run on an error,
+# and tests/repo/test_type_check.py fails if this step is ever taken out.
+echo "== mypy"
+"$VENV/bin/python" -m mypy
+
 echo "== pytest"
 export PATH="$VENV/bin:$PATH"
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -41,7 +41,7 @@ SETTLE_S = 3.0
 
 
 class Verifier:
-    def __init__(self, config: Config, log: Logger, ctx: zmq.Context) -> None:
+    def __init__(self, config: Config, log: Logger, ctx: ipc.Context) -> None:
         self.config = config
         self.log = log
         rd = config.paths.runtime_dir
@@ -102,7 +102,7 @@ class Verifier:
                 pass   # a stale copy is harmless: its generation is lower
 
     # -- inputs ---------------------------------------------------------------------
-    def on_readable(self, sock: zmq.Socket) -> None:
+    def on_readable(self, sock: ipc.Socket) -> None:
         for frames in ipc.pending(sock):
             try:
                 topic, body = ipc.decode(frames)

@@ -40,27 +40,14 @@ def timeline(notice: Notice, rec: DrainRecord | None,
              escalations: dict[str, float] | None = None) -> dict[str, Any]:
     """``{"issued": 0, "received": {channel: ms}, "cordoned": ms, ..., "verdict": ms}``; unknown moments left out."""
     t0 = notice.issued_at
-    received: dict[str, int] = {}
-    first = dict(arrivals or {})
-    if notice.received_at:
-        first.setdefault(notice.channel, notice.received_at)
-    for channel, at in sorted(first.items(), key=lambda kv: kv[1]):
-        ms = offset_ms(at, t0)
-        if ms is not None:
-            received[str(channel)] = ms
-    out: dict[str, Any] = {"issued": 0, "received": received}
+    out: dict[str, Any] = {"issued": 0, "received": _received(notice, arrivals or {})}
     steps = rec.steps if rec is not None else {}
     for key, step in STEP_KEYS:
         ms = offset_ms(steps.get(step), t0)
         if ms is not None:
             out[key] = ms
-    acks: list[dict[str, Any]] = []
-    for client, ack in (rec.acks if rec is not None else {}).items():
-        ms = offset_ms(ack.at, t0)
-        if ms is not None:
-            acks.append({"client": client, "status": ack.status, "ms": ms})
+    acks = _acks(rec, t0)
     if acks:
-        acks.sort(key=lambda a: a["ms"])
         out["checkpoint_acks"] = acks[:MAX_ACKS]
         if len(acks) > MAX_ACKS:
             out["checkpoint_acks_total"] = len(acks)
@@ -71,3 +58,27 @@ def timeline(notice: Notice, rec: DrainRecord | None,
     if verdict_at is not None:
         out["verdict"] = offset_ms(verdict_at, t0)
     return out
+
+
+def _received(notice: Notice, arrivals: dict[str, float]) -> dict[str, int]:
+    """When each channel first brought the notice, in order of arrival."""
+    first = dict(arrivals)
+    if notice.received_at:
+        first.setdefault(notice.channel, notice.received_at)
+    received: dict[str, int] = {}
+    for channel, at in sorted(first.items(), key=lambda kv: kv[1]):
+        ms = offset_ms(at, notice.issued_at)
+        if ms is not None:
+            received[str(channel)] = ms
+    return received
+
+
+def _acks(rec: DrainRecord | None, t0: float) -> list[dict[str, Any]]:
+    """Every checkpoint ack with a usable time, earliest first."""
+    acks: list[dict[str, Any]] = []
+    for client, ack in (rec.acks if rec is not None else {}).items():
+        ms = offset_ms(ack.at, t0)
+        if ms is not None:
+            acks.append({"client": client, "status": ack.status, "ms": ms})
+    acks.sort(key=lambda a: a["ms"])
+    return acks

@@ -63,7 +63,7 @@ class Throttle:
 class Watcher:
     """The imperative shell around NoticeBook: feed it, persist it, announce it."""
 
-    def __init__(self, config: Config, log: Logger, ctx: zmq.Context, check: SignatureCheck = check_here) -> None:
+    def __init__(self, config: Config, log: Logger, ctx: ipc.Context, check: SignatureCheck = check_here) -> None:
         self.config = config
         self.log = log
         rd = config.paths.runtime_dir
@@ -347,7 +347,9 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
         failed = [t for t in tasks if t in done and not t.cancelled() and t.exception() is not None]
     for t in failed:
         exc = t.exception()
-        log.error("process.task_failed", task=t.get_coro().__name__, error=f"{type(exc).__name__}: {exc}"[:300])
+        # Every task here runs a coroutine function, whose name says which loop died.
+        task = getattr(t.get_coro(), "__name__", t.get_name())
+        log.error("process.task_failed", task=task, error=f"{type(exc).__name__}: {exc}"[:300])
     stop.set()
     for t in tasks:
         try:

@@ -8,13 +8,14 @@ network or server fault.
 """
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from common.contract import Contract
-from common.http import HttpClient, HttpError, tls_context
+from common.http import SYSTEM_TLS, HttpClient, HttpError, tls_context
 from watcher.contract_verify import (
     MAX_ENVELOPE_BYTES,
     Accepted,
@@ -28,7 +29,6 @@ REFRESH_INTERVAL_S = 60.0
 REFRESH_JITTER_S = 10.0  # spreads a hall's nodes so a fleet rollout does not fetch in lockstep
 FETCH_TIMEOUT_S = 5.0
 
-_ssl_context: ssl.SSLContext | None = None  # built at the first https fetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +116,7 @@ def fetch(url: str, etag: str | None, timeout_s: float = FETCH_TIMEOUT_S,
     try:
         scheme, host, port, target = check_url(url)
         client = HttpClient(f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}", timeout_s=timeout_s,
-                            max_body=limit, tls=_tls() if scheme == "https" else None)
+                            max_body=limit, tls=_tls() if scheme == "https" else SYSTEM_TLS)
     except ValueError as exc:
         return FetchResult(0, etag, error="fetch_error:protocol", detail=str(exc))
     headers = {"Accept": "application/json", "User-Agent": "sco-agent", "Connection": "close"}
@@ -153,9 +153,8 @@ def _failed(etag: str | None, exc: HttpError, timeout_s: float) -> FetchResult:
     return FetchResult(0, etag, error=code, detail=exc.detail[:200])
 
 
+@functools.cache
 def _tls() -> ssl.SSLContext:
-    """One client TLS context for every fetch: loading the CA store is not free."""
-    global _ssl_context
-    if _ssl_context is None:
-        _ssl_context = tls_context()
-    return _ssl_context
+    """One client TLS context for every fetch, built at the first https fetch: loading the CA
+    store is not free."""
+    return tls_context()

@@ -132,7 +132,9 @@ def read_envelope(path: str) -> bytes | Rejected | None:
     except ValueError:
         return Rejected("too_large", f"{path}: larger than {MAX_ENVELOPE_BYTES} bytes")
     except OSError as exc:
-        return Rejected("unreadable", f"{path}: {errno.errorcode.get(exc.errno, exc.errno)}")
+        code = exc.errno  # None only for an OSError raised without one
+        name = errno.errorcode.get(code, str(code)) if code is not None else str(code)
+        return Rejected("unreadable", f"{path}: {name}")
 
 
 def save_lkg(path: str, envelope: bytes) -> None:

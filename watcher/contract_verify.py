@@ -41,6 +41,7 @@ import binascii
 from base64 import b64decode
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import ujson
 
@@ -116,6 +117,27 @@ def pae(payload_type: str, body: bytes) -> bytes:
 
 def parse_envelope(raw: bytes) -> Envelope | Rejected:
     """Parse (not verify) an envelope; every failure is a Rejected, never an exception."""
+    doc = _envelope_object(raw)
+    if isinstance(doc, Rejected):
+        return doc
+    payload_type, payload_b64, sigs = doc.get("payloadType"), doc.get("payload"), doc.get("signatures")
+    if not isinstance(payload_type, str) or not isinstance(payload_b64, str):
+        return Rejected("malformed_envelope", "payloadType and payload must be strings")
+    if not isinstance(sigs, list) or not 1 <= len(sigs) <= MAX_SIGNATURES:
+        return Rejected("malformed_envelope", f"signatures must be a list of 1 to {MAX_SIGNATURES}")
+    if payload_type != PAYLOAD_TYPE:
+        return Rejected("wrong_payload_type", f"payloadType {payload_type[:80]!r}, want {PAYLOAD_TYPE!r}")
+    signatures = _signatures(sigs)
+    if isinstance(signatures, Rejected):
+        return signatures
+    payload = b64decode_either(payload_b64)
+    if payload is None:
+        return Rejected("malformed_base64", "payload is not base64")
+    return Envelope(payload_type, payload, signatures)
+
+
+def _envelope_object(raw: bytes) -> dict[str, Any] | Rejected:
+    """The envelope's JSON object, or why the bytes are none."""
     if len(raw) > MAX_ENVELOPE_BYTES:
         return Rejected("too_large", f"{len(raw)} bytes, limit {MAX_ENVELOPE_BYTES}")
     try:
@@ -129,13 +151,11 @@ def parse_envelope(raw: bytes) -> Envelope | Rejected:
         return Rejected("malformed_json", f"envelope: {exc}"[:200])
     if not isinstance(doc, dict):
         return Rejected("malformed_envelope", "envelope is not a JSON object")
-    payload_type, payload_b64, sigs = doc.get("payloadType"), doc.get("payload"), doc.get("signatures")
-    if not isinstance(payload_type, str) or not isinstance(payload_b64, str):
-        return Rejected("malformed_envelope", "payloadType and payload must be strings")
-    if not isinstance(sigs, list) or not 1 <= len(sigs) <= MAX_SIGNATURES:
-        return Rejected("malformed_envelope", f"signatures must be a list of 1 to {MAX_SIGNATURES}")
-    if payload_type != PAYLOAD_TYPE:
-        return Rejected("wrong_payload_type", f"payloadType {payload_type[:80]!r}, want {PAYLOAD_TYPE!r}")
+    return doc
+
+
+def _signatures(sigs: list[Any]) -> tuple[tuple[str, bytes], ...] | Rejected:
+    """The (keyid, signature bytes) pairs of the envelope's ``signatures``, in order."""
     signatures = []
     for i, entry in enumerate(sigs):
         keyid = entry.get("keyid", "") if isinstance(entry, dict) else None
@@ -145,10 +165,7 @@ def parse_envelope(raw: bytes) -> Envelope | Rejected:
         if sig is None:
             return Rejected("malformed_base64", f"signatures[{i}].sig is not base64")
         signatures.append((keyid, sig))
-    payload = b64decode_either(payload_b64)
-    if payload is None:
-        return Rejected("malformed_base64", "payload is not base64")
-    return Envelope(payload_type, payload, tuple(signatures))
+    return tuple(signatures)
 
 
 def b64decode_either(text: str) -> bytes | None:

@@ -62,7 +62,7 @@ def in_child(timeout_s: float = CHILD_TIMEOUT_S) -> SignatureCheck:
     return check
 
 
-def check_in_child(message: bytes, candidates: list[tuple[bytes, bytes]], timeout_s: float) -> int | None | bool:
+def check_in_child(message: bytes, candidates: list[tuple[bytes, bytes]], timeout_s: float) -> int | bool | None:
     """Index of the first verifying pair, None if none does, False if the child could not answer."""
     request = ujson.dumps({"message": b64encode(message).decode(),
                            "candidates": [[b64encode(p).decode(), b64encode(s).decode()] for p, s in candidates]})

@@ -30,7 +30,7 @@ from typing import Any
 from common.config import Config
 from common.notice import relay_subjects
 
-RECONNECT_WAIT_S = 1          # the relay is the fast channel: come back quickly
+RECONNECT_WAIT_S = 1.0        # the relay is the fast channel: come back quickly
 RESTART_BACKOFF_MAX_S = 30.0
 # A subscriber that falls behind drops messages instead of growing without bound:
 # 1000 notices of at most 8 KiB is far beyond any real burst.
@@ -86,7 +86,9 @@ def connect_options(config: Config, on_status: Status, closed: asyncio.Event) ->
 
 def import_nats(servers: list[str]) -> Any:
     if not any(s.startswith(("ws://", "wss://")) for s in servers):
-        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]
+        # None in sys.modules makes `import aiohttp` fail at once (the documented way to block an
+        # import), so nats-py, with no websocket server to reach, does not load it.
+        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # typeshed: modules only
     import nats  # only the watcher pays for nats-py
 
     return nats
@@ -101,10 +103,7 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
         return
     nats = import_nats(servers)
     subjects = relay_subjects(config.node.hall, config.node.name)
-
-    def report(status: str, detail: str) -> None:
-        if not stop.is_set():   # the disconnect of our own drain on stop is no news
-            on_status(status, detail)
+    report = _unless_stopping(on_status, stop)
 
     async def handler(msg: Any) -> None:
         on_payload(msg.data, msg.subject)
@@ -137,6 +136,15 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
             return
         report("closed", "connection closed; starting over")
         await _sleep(stop, delay)
+
+
+def _unless_stopping(on_status: Status, stop: asyncio.Event) -> Status:
+    """``on_status``, quiet once ``stop`` is set: the disconnect of our own drain on stop is no news."""
+    def report(status: str, detail: str) -> None:
+        if not stop.is_set():
+            on_status(status, detail)
+
+    return report
 
 
 async def _until_stop(awaitable: Any, stop: asyncio.Event) -> Any:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import ujson
 
-from common.http import HttpClient, HttpError
+from common.http import SYSTEM_TLS, HttpClient, HttpError, TlsFiles
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -68,12 +68,10 @@ class KubeApi:
     the kubelet's: the node identity). ``node_token``: a separate credential for patching the Node
     only (the service account whose admission policy allows taints; see docs/kubernetes.md)."""
 
-    def __init__(self, api_url: str, node: str, token: str = "", ca_file: str = "",
-                 timeout_s: float = 5.0, node_token: str = "", cert_file: str = "", key_file: str = "",
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, api_url: str, node: str, token: str = "", *, node_token: str = "",
+                 timeout_s: float = 5.0, tls: ssl.SSLContext | TlsFiles = SYSTEM_TLS) -> None:
         self.node = node
-        self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, ca_file=ca_file,
-                               cert_file=cert_file, key_file=key_file, tls=tls)
+        self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, tls=tls)
         self.headers = {"Accept": "application/json", "User-Agent": "sco-agent"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
@@ -107,7 +105,9 @@ class KubeApi:
         if resp.status in (502, 503, 504):
             # A proxy or load balancer in front of a server that is down: no answer, not a refusal.
             raise Unreachable(f"{method} {path}: HTTP {resp.status}")
-        details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+        details = doc.get("details")
+        if not isinstance(details, dict):
+            details = {}
         causes = tuple(str(c.get("message", ""))[:300] for c in details.get("causes") or []
                        if isinstance(c, dict))
         cls = _BY_STATUS.get(resp.status, KubeError)
@@ -134,10 +134,8 @@ class KubeApi:
             if cont:
                 path += f"&continue={quote(cont)}"
             doc = self._call("GET", path)
-            for pod in doc.get("items") or []:
-                # Trust, but verify: a server ignoring the selector must not make us evict elsewhere.
-                if pod_node(pod) == self.node:
-                    pods.append(pod)
+            # Trust, but verify: a server ignoring the selector must not make us evict elsewhere.
+            pods.extend(pod for pod in doc.get("items") or [] if pod_node(pod) == self.node)
             cont = (doc.get("metadata") or {}).get("continue") or ""
             if not cont:
                 return pods

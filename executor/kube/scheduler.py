@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from common.http import TlsFiles
 from common.timefmt import format_rfc3339
 from common.wire import EVICT_OVER, FINAL, DrainState, Step
 from executor.kube import node_steps
@@ -46,13 +47,14 @@ def api_factory(config: Config) -> Callable[[], KubeApi] | None:
     k = config.kubernetes
     if not k.api_url:
         return None
-    shared: list[ssl.SSLContext | None] = []   # one TLS context for every thread (~1 MiB each)
+    files = TlsFiles(k.ca_file, k.client_cert_file, k.client_key_file)
+    shared: list[ssl.SSLContext] = []   # one TLS context for every thread (~1 MiB each)
 
     def make() -> KubeApi:
-        api = KubeApi(k.api_url, config.node.name, _read_token(k.token_file), k.ca_file, k.timeout_s,
-                      node_token=_read_token(k.taint_token_file), cert_file=k.client_cert_file,
-                      key_file=k.client_key_file, tls=shared[0] if shared else None)
-        if not shared:
+        api = KubeApi(k.api_url, config.node.name, _read_token(k.token_file),
+                      node_token=_read_token(k.taint_token_file), timeout_s=k.timeout_s,
+                      tls=shared[0] if shared else files)
+        if not shared and api.http.tls is not None:   # None: plain http, nothing to share
             shared.append(api.http.tls)
         return api
     return make

@@ -40,7 +40,7 @@ _ALREADY = ("Invalid job id", "Job is pending execution", "already completing or
 # Slurm's own variables of the agent's environment must not leak into its calls.
 _SLURM_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_", "SCONTROL_", "SCANCEL_")
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]   # subprocess.run with text=True
 
 
 class SlurmError(Exception):
@@ -135,7 +135,7 @@ def classify(argv: Iterable[str], rc: int, stderr: str) -> SlurmError:
 class Probe:
     """A ``scontrol ping`` running in the background, so a hung controller never blocks the loop."""
 
-    def __init__(self, proc: subprocess.Popen, started: float, timeout_s: float) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], started: float, timeout_s: float) -> None:
         self.proc = proc
         self.started = started
         self.timeout_s = timeout_s

@@ -6,7 +6,7 @@ import time
 import ujson
 
 from agentctl import __main__ as ctl
-from agentctl.status import contract_view, parse_processes, render_text, summarize
+from agentctl.status import AgentFiles, contract_view, parse_processes, render_text, summarize
 from common.timefmt import format_rfc3339
 from tests.support.agent_rig import write_config
 from tests.support.drain_records import budget, record_dict
@@ -28,8 +28,9 @@ def test_summary_and_text():
     s = summarize(node="node-a", hall="fra1",
                   processes=["executor                         RUNNING   pid 12, uptime 0:01:02",
                              "spool                            FATAL     Exited too quickly"],
-                  notices={"active": [NOTICE, {"id": "broken"}]}, contract=STATUS, drains=DRAINS,
-                  verifier=VERIFIER, spool={"fill_pct": 1.5, "unshipped_records": 3}, now=NOW)
+                  files=AgentFiles(notices={"active": [NOTICE, {"id": "broken"}]}, contract=STATUS, drains=DRAINS,
+                                   verifier=VERIFIER, spool={"fill_pct": 1.5, "unshipped_records": 3}),
+                  now=NOW)
     (a,) = s["active"]
     assert a["timeline_ms"] == {"issued": 0, "received": {"relay": 500}, "cordoned": 1000, "clients_told": 1100,
                                 "checkpoint_acks": [{"client": "job:1", "status": "checkpointed", "ms": 5000}]}
@@ -43,8 +44,7 @@ def test_summary_and_text():
 
 
 def test_nothing_known_renders_plainly():
-    s = summarize(node="n", hall="h", processes=[], notices=None, contract=None, drains=None, verifier=None,
-                  spool=None, now=NOW)
+    s = summarize(node="n", hall="h", processes=[], files=AgentFiles(), now=NOW)
     text = render_text(s)
     assert "active notice: none" in text and "last verdict: none" in text and "spool" not in text
 

@@ -37,7 +37,7 @@ LONG_OUTAGE = "api_down_long"   # API server down from early on until past the c
 SLURM_KINDS = (*KILLS, "slurmctld_restart")
 
 # What each kind breaks: two faults on one target never overlap (reverting one must not end the other).
-TARGET = {**{k: "process" for k in KILLS}, "kill_supervisord": "process", "nats_restart": "nats",
+TARGET = {**dict.fromkeys(KILLS, "process"), "kill_supervisord": "process", "nats_restart": "nats",
           "metadata_error": "metadata", "metadata_hang": "metadata", "api_500": "kube", "api_429": "kube",
           "api_timeout": "kube", "api_slow": "kube", "api_down": "kube", LONG_OUTAGE: "kube", "vector_down": "vector",
           "vector_slow": "vector", "disk_full": "disk", "slurmctld_restart": "slurmctld"}
@@ -125,9 +125,9 @@ def spread(faults: list[Fault]) -> tuple[Fault, ...]:
     """
     out: list[Fault] = []
     busy_until: dict[str, float] = {}
-    for f in sorted(faults, key=lambda f: (f.at, f.kind)):
-        start = max(f.at, busy_until.get(f.target, float("-inf")) + 0.5)
-        f = replace(f, at=round(start, 2))
+    for planned in sorted(faults, key=lambda f: (f.at, f.kind)):
+        start = max(planned.at, busy_until.get(planned.target, float("-inf")) + 0.5)
+        f = replace(planned, at=round(start, 2))
         if f.kind != LONG_OUTAGE and f.end > FAULT_END_S:
             continue
         busy_until[f.target] = f.end

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import typing
 
 import pytest
 
@@ -22,14 +23,14 @@ def test_unknown_key_is_refused(tmp_path):
     """A typo must not silently fall back to a default."""
     p = tmp_path / "a.toml"
     p.write_text("[metadata]\npoll_intervall_s = 1\n")
-    with pytest.raises(cfg.ConfigError, match="metadata.poll_intervall_s"):
+    with pytest.raises(cfg.ConfigError, match=r"metadata\.poll_intervall_s"):
         cfg.load(str(p))
 
 
 def test_wrong_type_names_the_key(tmp_path):
     p = tmp_path / "a.toml"
     p.write_text('[spool]\nsize_mb = "big"\n')
-    with pytest.raises(cfg.ConfigError, match="spool.size_mb must be int"):
+    with pytest.raises(cfg.ConfigError, match=r"spool\.size_mb must be int"):
         cfg.load(str(p))
 
 
@@ -96,3 +97,37 @@ def test_rendered_file_loads_to_defaults(tmp_path):
     d = cfg.defaults()
     d["node"]["name"] = c.node.name
     assert c.as_dict() == d
+
+
+# The typed section classes repeat SETTINGS' keys for the type checker; these tests keep the two
+# from drifting apart (a key added to the table and not to its class, or the other way round).
+_HINT = {str: str, int: int, float: float, bool: bool, list: list[str]}
+
+
+def test_section_classes_cover_the_table_in_its_order():
+    assert list(cfg.SECTION_CLASSES) == list(dict.fromkeys(s.section for s in cfg.SETTINGS))
+    assert set(cfg.Config.__slots__) == {"source", *cfg.SECTION_CLASSES}
+    assert set(cfg.Config.__annotations__) == {"source", *cfg.SECTION_CLASSES}
+
+
+@pytest.mark.parametrize("section", sorted(cfg.SECTION_CLASSES))
+def test_section_class_fields_and_types_equal_the_table(section):
+    cls = cfg.SECTION_CLASSES[section]
+    rows = [s for s in cfg.SETTINGS if s.section == section]
+    assert list(cls._fields) == [s.key for s in rows]
+    assert typing.get_type_hints(cls) == {s.key: _HINT[s.type] for s in rows}
+    assert typing.get_type_hints(cfg.Config)[section] is cls
+
+
+def test_sections_are_read_only():
+    c = cfg.build({})
+    with pytest.raises(AttributeError):
+        c.relay.servers = []  # a NamedTuple refuses it
+
+
+def test_a_key_the_class_lacks_fails_at_construction():
+    # The construction itself is a second guard: keyword arguments must match the fields.
+    values = cfg.defaults()
+    values["spool"]["unheard_of"] = 1
+    with pytest.raises(TypeError):
+        cfg.Config(values, "<test>")

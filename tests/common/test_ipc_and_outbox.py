@@ -6,7 +6,7 @@ import random
 import pytest
 
 from common import ipc
-from common.events import EVENT_TYPES, Outbox, make_event
+from common.events import EVENT_TYPES, Origin, Outbox, make_event
 from spool.shipping import Bisect, backoff_s, classify
 
 
@@ -24,11 +24,12 @@ def test_encode_decode_round_trip():
 
 
 def test_make_event_schema():
-    ev = make_event("notice.received", node="n", hall="h", source="w", seq=3, notice_id="x", now=0.5)
+    ev = make_event("notice.received", Origin("n", "h", "w"), 3, notice_id="x", now=0.5)
     assert set(ev) == {"event_id", "seq", "ts", "node", "hall", "source", "type", "notice_id", "data"}
+    assert (ev["node"], ev["hall"], ev["source"], ev["seq"]) == ("n", "h", "w", 3)
     assert ev["ts"] == "1970-01-01T00:00:00.500Z"
     with pytest.raises(ValueError):
-        make_event("no.such", node="n", hall="h", source="w", seq=1)
+        make_event("no.such", Origin("n", "h", "w"), 1)
     assert "drain.done" in EVENT_TYPES
 
 

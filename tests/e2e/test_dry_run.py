@@ -26,5 +26,5 @@ def test_dry_run_changes_nothing_on_the_api_server(tmp_path, dry_run):
             assert s.kube.pod_names(NODE) >= {"web-0", "web-1", "web-2"}
         else:
             wait_for(s.cordoned, 20, "node cordoned")
-            wait_for(lambda: s.kube.evictions(), 20, "evictions")
+            wait_for(s.kube.evictions, 20, "evictions")
             assert s.events_of("drain.dry_run") == []

@@ -211,10 +211,7 @@ class Handler(BaseHTTPRequestHandler):
         if fault is not None and mode == "garbage":
             body = fault.body.encode() if isinstance(fault.body, str) else GARBAGE
             return Response(200, body, (("Content-Type", "application/json"),))
-        if not accepted:
-            response = app.error_response(401, "Unauthorized")
-        else:
-            response = _handle_safely(app, request)
+        response = _handle_safely(app, request) if accepted else app.error_response(401, "Unauthorized")
         if fault is not None and mode == "status_after" and response.status < 300:
             return _fault_response(app, fault)
         return response

@@ -134,7 +134,7 @@ def test_field_selectors_on_missing_and_bool_fields() -> None:
     pod = {"metadata": {"name": "p"}, "spec": {}, "status": {"phase": "Running"}}
     assert fields_match(pod, parse_field_selector("spec.nodeName=", PODS.field_labels))
     assert fields_match(pod, parse_field_selector("status.phase!=Failed,metadata.name=p", PODS.field_labels))
-    with pytest.raises(ValueError, match="field label not supported: spec.foo"):
+    with pytest.raises(ValueError, match=r"field label not supported: spec\.foo"):
         parse_field_selector("spec.foo=x", PODS.field_labels)
 
 

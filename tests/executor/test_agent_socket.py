@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from executor.agent_socket import AgentSocketError, AgentSocketServer
+from executor.agent_socket import AgentSocketError, AgentSocketServer, ServerLimits
 from tests.support.agent_socket import RawClient, make_notice, wait_until
 
 
@@ -89,7 +89,7 @@ def test_bad_input_gets_an_error_while_a_good_client_is_served(serve, payload, c
 
 
 def test_client_that_never_reads_is_dropped_and_does_not_hold_up_others(serve):
-    st = serve(sndbuf=4096, max_pending_bytes=2048)
+    st = serve(limits=ServerLimits(sndbuf=4096, max_pending_bytes=2048))
     deaf = registered(st.path, "deaf")  # registers, then never reads again
     good = registered(st.path, "good")
     for i in range(200):
@@ -102,7 +102,7 @@ def test_client_that_never_reads_is_dropped_and_does_not_hold_up_others(serve):
 
 
 def test_slowloris_is_cut_off_and_a_good_client_still_hears_the_notice(serve):
-    st = serve(line_timeout_s=0.6)
+    st = serve(limits=ServerLimits(line_timeout_s=0.6))
     good = registered(st.path, "good")
     slow = registered(st.path, "slow")
     payload = b'{"op":"ping","pad":"' + b"x" * 100
@@ -124,7 +124,7 @@ def test_slowloris_is_cut_off_and_a_good_client_still_hears_the_notice(serve):
 
 
 def test_thousand_connections_each_get_a_clear_error_and_are_counted(serve):
-    st = serve(max_clients=64, register_timeout_s=1.0)
+    st = serve(limits=ServerLimits(max_clients=64, register_timeout_s=1.0))
     good = registered(st.path, "good")
     crowd = [RawClient(st.path) for _ in range(1000)]
     st.announce(make_notice("n1"))

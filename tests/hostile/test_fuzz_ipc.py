@@ -80,7 +80,7 @@ progress_records = fields_off(GOOD_RECORD, {
     "steps": st.dictionaries(st.sampled_from(["cordoned", "node_empty", "x"]), ODD_NUMBERS, max_size=3),
     "remaining": st.lists(st.text(max_size=6), max_size=3) | json_values, "phase": json_scalars,
     "acks": st.dictionaries(st.text(max_size=5), json_values, max_size=2),
-    "budget": st.fixed_dictionaries({k: ODD_NUMBERS for k in ("budget_s", "checkpoint_s", "evict_s", "margin_s")})
+    "budget": st.fixed_dictionaries(dict.fromkeys(("budget_s", "checkpoint_s", "evict_s", "margin_s"), ODD_NUMBERS))
     | json_values, "received_at": ODD_NUMBERS, "slurm": json_values}) | json_values
 progress_bodies = st.fixed_dictionaries({}, optional={
     "notices": st.dictionaries(st.text(max_size=8), progress_records, max_size=3) | json_values})

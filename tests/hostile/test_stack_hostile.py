@@ -21,7 +21,7 @@ import ujson
 import zmq
 
 from common import ipc
-from common.events import make_event
+from common.events import Origin, make_event
 from common.timefmt import format_rfc3339
 from tests.support.stack import HALL, NODE, OTHER_NODE, Stack
 from tests.support.wait import wait_for
@@ -178,7 +178,7 @@ def test_foreign_writer_on_the_spool_intake(stack):
         sock.send_multipart(junk[i % len(junk)])
     # One real event last, and its acknowledgement awaited: the spool has read everything before
     # it (one pipe is FIFO), and what a closing peer left unread is not silently part of the test.
-    ev = make_event("drain.dry_run", node=NODE, hall=HALL, source="foreign", seq=1)
+    ev = make_event("drain.dry_run", Origin(NODE, HALL, "foreign"), 1)
     sock.send_multipart(ipc.encode(ipc.T_EVENT, ev))
     assert sock.poll(20_000), "no acknowledgement from the spool"
     assert ipc.decode(sock.recv_multipart()) == (ipc.T_ACK, {"ids": [ev["event_id"]]})

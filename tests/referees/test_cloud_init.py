@@ -70,7 +70,7 @@ def test_write_files_are_what_the_agent_reads_and_its_loaders_accept_them(tmp_pa
     root = str(tmp_path / "root")
     written = render(user_data, root)
 
-    assert {w["path"]: w["owner"] for w in written} == {p: "root:root" for p in EXPECTED}
+    assert {w["path"]: w["owner"] for w in written} == dict.fromkeys(EXPECTED, "root:root")
     assert not any(w["defer"] for w in written)
     for path, mode in EXPECTED.items():
         st = os.stat(root + path)

@@ -352,7 +352,7 @@ class SlurmRig:
 
     def _log_tail(self, name: str) -> str:
         try:
-            with open(self.paths.log_file(name.split()[0]), errors="replace") as f:
+            with open(self.paths.log_file(name.split(maxsplit=1)[0]), errors="replace") as f:
                 return "| log: " + " / ".join(f.read().splitlines()[-5:])
         except OSError:
             return ""

@@ -18,7 +18,7 @@ import zmq
 from common import ipc
 from common.config import load
 from common.contract import BUILTIN
-from common.events import make_event
+from common.events import Origin, make_event
 from spool.reader import read_stats
 from tests.emulators.vector import VectorEmulator
 from tests.spool.harness import Sender, SpoolProcess, file_events, spool_config, spool_file
@@ -50,7 +50,7 @@ def recv_ack(sock: zmq.Socket, timeout_s: float = 5.0) -> list[str]:
 
 
 def an_event(event_id: str) -> dict:
-    return make_event("drain.evicted", node="node-a", hall="h1", source="raw", seq=1, event_id=event_id)
+    return {**make_event("drain.evicted", Origin("node-a", "h1", "raw"), 1), "event_id": event_id}
 
 
 def test_garbage_on_the_intake_is_counted_and_a_good_event_still_acked(tmp_path: Path, zctx: zmq.Context) -> None:

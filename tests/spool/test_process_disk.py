@@ -22,7 +22,7 @@ import zmq
 
 from common import ipc
 from common.config import load
-from common.events import make_event
+from common.events import Origin, make_event
 from common.log import Logger
 from spool.__main__ import RETRY_S, Spool
 from spool.reader import iter_records
@@ -100,8 +100,7 @@ def rig(tmp_path: Path) -> Iterator[tuple[Spool, zmq.Socket, Clock, io.StringIO]
 
 
 def send(sock: zmq.Socket, event_id: str) -> None:
-    ipc.send(sock, ipc.T_EVENT, make_event("drain.evicted", node="n", hall="h", source="t", seq=1,
-                                           event_id=event_id))
+    ipc.send(sock, ipc.T_EVENT, {**make_event("drain.evicted", Origin("n", "h", "t"), 1), "event_id": event_id})
 
 
 def acks(sock: zmq.Socket) -> list[str]:

@@ -7,14 +7,14 @@ import pytest
 import ujson
 
 from common import ipc
-from common.events import make_event
+from common.events import Origin, make_event
 from spool.intake import ACK_CHUNK, MAX_RECORD, OWN, Intake, Rejected, parse_event
 
 SENDER = b"\x00sender-1"
 
 
 def good(event_id: str = "e-1", **extra: object) -> dict:
-    return {**make_event("drain.evicted", node="n", hall="h", source="x", seq=1, event_id=event_id), **extra}
+    return {**make_event("drain.evicted", Origin("n", "h", "x"), 1), "event_id": event_id, **extra}
 
 
 def frames(body: object, topic: bytes = ipc.T_EVENT) -> list[bytes]:

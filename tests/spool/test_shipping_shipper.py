@@ -16,12 +16,13 @@ import pytest
 
 from common.log import Logger
 from spool.shipper import Shipper
+from spool.shipping import ShipPolicy
 from spool.store import Store
 from tests.emulators.vector import VectorEmulator
 from tests.support.procutil import free_port
 from tests.support.wait import wait_for
 
-FAST = {"backoff_base_s": 0.01, "backoff_cap_s": 0.1, "timeout_s": 5.0}
+FAST = {"backoff_base_s": 0.01, "backoff_cap_s": 0.1, "timeout_s": 5.0}   # a ShipPolicy's fields
 
 
 def event(i: int, type_: str = "drain.evicted") -> bytes:
@@ -44,7 +45,7 @@ def vec() -> Iterator[VectorEmulator]:
 
 def start_shipper(store: Store, url: str | None, batch_max: int = 50, **options: float) -> Shipper:
     shipper = Shipper(store, Logger("shipper", stream=io.StringIO()), url, batch_max,
-                      rng=random.Random(1), **{**FAST, **options})
+                      policy=ShipPolicy(**{**FAST, **options}), rng=random.Random(1))
     shipper.start()
     return shipper
 

@@ -144,7 +144,7 @@ def test_refresh_cycle(bundle_server: Start, key: Key, trusted: dict[str, bytes]
     """New bundle adopted with its ETag; then 304 is nothing; a bad bundle is refused and kept quiet."""
     replies = [respond(200, key.bundle(payload(6)), {"ETag": '"v6"'}), respond(304),
                respond(200, key.bundle(payload(4)), {"ETag": '"v4"'})]
-    srv = bundle_server(lambda handler: replies.pop(0)(handler))
+    srv = bundle_server(lambda handler: replies.pop(0)(handler))  # noqa: PLW0108 -- pops per request, not once
     state = RefreshState(current)
     state, outcome = apply_fetch(state, fetch(srv.url, state.etag), SCOPE, trusted)
     assert isinstance(outcome, Accepted) and outcome.changed

@@ -147,7 +147,7 @@ def test_world_writable_trust_dir_refuses_to_start(node: dict[str, Path], key: K
     watcher must not start on it (watcher/__main__.py exits 2, tests/hostile/test_permissions.py)."""
     node["launch"].write_bytes(key.bundle(payload(3)))
     os.chmod(node["trust"], mode)
-    with pytest.raises(TrustDirUnsafe, match="world-writable.*chmod o-w"):
+    with pytest.raises(TrustDirUnsafe, match=r"world-writable.*chmod o-w"):
         load_startup(str(node["trust"]), str(node["launch"]), str(node["lkg"]), SCOPE)
 
 

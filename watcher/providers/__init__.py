@@ -32,7 +32,8 @@ SOURCES = {
     "sco": "watcher.providers.sco",
 }
 
-Wake = Callable[[], None]
+# Called from a worker thread when a long poll has news; what it returns is ignored.
+Wake = Callable[[], object]
 
 
 class MetadataError(Exception):
@@ -99,7 +100,7 @@ class BaseSource:
             return resp.body
         if resp.status == 404 and missing_ok:
             return None
-        raise MetadataError(http_reason(resp.status), f"{method} {path.split('?')[0]}")
+        raise MetadataError(http_reason(resp.status), f"{method} {path.split('?', maxsplit=1)[0]}")
 
 
 def http_reason(status: int) -> str:
@@ -130,4 +131,5 @@ def make_source(config: Config, wake: Wake | None = None) -> MetadataSource | No
     module = SOURCES.get(provider)
     if module is None:
         raise ValueError(f"metadata provider {provider!r} is not implemented")
-    return importlib.import_module(module).Source(config, wake=wake)
+    source: MetadataSource = importlib.import_module(module).Source(config, wake=wake)
+    return source

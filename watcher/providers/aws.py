@@ -56,10 +56,10 @@ _TOKEN = re.compile(r"^[!-~]{1,1024}$")   # visible ASCII: IMDS tokens are base6
 def parse_instance_action(body: bytes, node: str, instance_id: str, now: float) -> Notice:
     """``spot/instance-action`` -> a reclaim notice; MetadataError("bad_body") otherwise."""
     doc = _json(body, "spot/instance-action")
-    action, when_text = doc.get("action"), doc.get("time")
+    action = doc.get("action")
     if action not in SPOT_ACTIONS:
         raise MetadataError("bad_body", f"spot/instance-action: unknown action {str(action)[:32]!r}")
-    when = _rfc3339(when_text, "spot/instance-action time")
+    when_text, when = _rfc3339(doc, "time", "spot/instance-action time")
     return Notice(
         id=derived_id("aws", instance_id, "reclaim", when_text), kind="reclaim", node=node,
         instance_id=instance_id, issued_at=when - SPOT_LEAD_S, deadline=when, source="aws",
@@ -69,8 +69,7 @@ def parse_instance_action(body: bytes, node: str, instance_id: str, now: float) 
 
 def parse_rebalance(body: bytes, node: str, instance_id: str, now: float) -> Notice:
     """``events/recommendations/rebalance`` -> a rebalance notice."""
-    when_text = _json(body, "rebalance").get("noticeTime")
-    when = _rfc3339(when_text, "rebalance noticeTime")
+    when_text, when = _rfc3339(_json(body, "rebalance"), "noticeTime", "rebalance noticeTime")
     return Notice(
         id=derived_id("aws", instance_id, "rebalance", when_text), kind="rebalance", node=node,
         instance_id=instance_id, issued_at=when, deadline=when + SPOT_LEAD_S, source="aws",
@@ -139,23 +138,23 @@ class Source(BaseSource):
         ))
 
     def _check_spot(self, result: PollResult, now: float) -> None:
-        body = self._get(INSTANCE_ACTION, now, missing_ok=True)
+        body = self._get_if_present(INSTANCE_ACTION, now)
         if body is None:
             self.spot = None
             return
         seen = parse_instance_action(body, self.node, self.instance_id, now)
         held = self.spot
         if held is None or seen.detail != held.detail or seen.deadline < held.deadline:
-            self.spot = seen
-        result.notices.append(self.spot)
+            held = self.spot = seen
+        result.notices.append(held)
 
     def _check_rebalance(self, result: PollResult, now: float) -> None:
-        body = self._get(REBALANCE, now, missing_ok=True)
+        body = self._get_if_present(REBALANCE, now)
         if body is not None:
             result.notices.append(parse_rebalance(body, self.node, self.instance_id, now))
 
     def _check_maintenance(self, result: PollResult, now: float) -> None:
-        body = self._get(MAINTENANCE, now, missing_ok=True)
+        body = self._get_if_present(MAINTENANCE, now)
         notices, ended = parse_maintenance(body or b"[]", self.node, self.instance_id, now)
         current = {n.id for n in notices}
         # An active event that vanished from the list without a final state is over too.
@@ -164,7 +163,15 @@ class Source(BaseSource):
         result.withdrawn += ended + sorted(gone - set(ended))
         self.maintenance = current
 
-    def _get(self, path: str, now: float, missing_ok: bool = False) -> bytes | None:
+    def _get(self, path: str, now: float) -> bytes:
+        """A document that must exist: 404 is an error like any other status."""
+        body = self._get_if_present(path, now)
+        if body is None:
+            raise MetadataError(http_reason(404), f"GET {path}")
+        return body
+
+    def _get_if_present(self, path: str, now: float) -> bytes | None:
+        """A document that may be absent (404: None), e.g. no interruption scheduled."""
         for attempt in (1, 2):
             headers = {}
             token = self._token(now)
@@ -180,7 +187,7 @@ class Source(BaseSource):
                 continue
             if resp.status == 200:
                 return resp.body
-            if resp.status == 404 and missing_ok:
+            if resp.status == 404:
                 return None
             raise MetadataError(http_reason(resp.status), f"GET {path}")
         raise MetadataError("http_401", f"GET {path}: token refused twice")
@@ -226,9 +233,13 @@ def _json(body: bytes, what: str) -> dict[str, Any]:
     return doc
 
 
-def _rfc3339(value: Any, what: str) -> float:
+def _rfc3339(doc: dict[str, Any], key: str, what: str) -> tuple[str, float]:
+    """``doc[key]`` as the RFC 3339 text the provider sent (a derived id keys on it) and its epoch seconds."""
+    value = doc.get(key)
+    if not isinstance(value, str):  # in parse_rfc3339's own words
+        raise MetadataError("bad_body", f"{what}: not an RFC 3339 time")
     try:
-        return notice_time(parse_rfc3339(value), what)
+        return value, notice_time(parse_rfc3339(value), what)
     except ValueError as e:
         raise MetadataError("bad_body", f"{what}: {e}") from None
 

@@ -65,9 +65,9 @@ def _matches_one(labels: dict[str, str], req: Requirement) -> bool:
     key, op, values = req
     present = key in labels
     value = labels.get(key)
-    if op == "=" or op == "in":
+    if op in {"=", "in"}:
         return present and value in values
-    if op == "!=" or op == "notin":
+    if op in {"!=", "notin"}:
         return not present or value not in values
     if op == "exists":
         return present

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from common.http import TlsFiles
 from executor.kube.api import KubeApi, KubeError, NotOwnNode
 from executor.kube.node_patch import EXCLUDE_LB_LABEL
 from tests.emulators.kube_fixture import kubectl
@@ -82,7 +83,8 @@ def drains() -> Iterator[list[Drain]]:
 
 
 def node_api(kube: RealApiServer, node: str, taint_token: str = "") -> KubeApi:
-    return KubeApi(kube.url, node, kube.nodes[node].token, str(kube.ca_file), timeout_s=5.0, node_token=taint_token)
+    return KubeApi(kube.url, node, kube.nodes[node].token, tls=TlsFiles(ca_file=str(kube.ca_file)), timeout_s=5.0,
+                   node_token=taint_token)
 
 
 def drain(kube: RealApiServer, drains: list[Drain], node: str, taint_token: str = "", **kw) -> Drain:
@@ -187,7 +189,7 @@ def test_acting_on_another_node_is_refused_by_the_agent_and_by_the_server(kube, 
         own.patch_node("node-b", {"spec": {"unschedulable": True}})
     # A misconfigured agent (node name node-b, node-f's credentials) passes its own check;
     # NodeRestriction refuses it.
-    confused = KubeApi(kube.url, "node-b", kube.nodes["node-f"].token, str(kube.ca_file))
+    confused = KubeApi(kube.url, "node-b", kube.nodes["node-f"].token, tls=TlsFiles(ca_file=str(kube.ca_file)))
     with pytest.raises(KubeError) as refused:
         confused.evict_pod(theirs)
     assert refused.value.status == 403 and "can only evict pods with spec.nodeName set to itself" in \

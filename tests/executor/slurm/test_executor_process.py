@@ -32,7 +32,7 @@ def test_executor_sigkilled_mid_drain_finishes_it_without_repeating_anything(rig
         first = h.start()
         n = h.announce()
         signalled = h.wait_event("drain.signalled", n["id"])
-        wait_for(lambda: (tmp_path / "ckpt").exists(), 10, "USR1 received by the job")
+        wait_for((tmp_path / "ckpt").exists, 10, "USR1 received by the job")
         h.kill_executor()
         second = h.start()
         h.wait_event("drain.node_empty", n["id"], timeout=60)

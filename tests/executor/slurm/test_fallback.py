@@ -20,7 +20,7 @@ def test_controller_stopped_before_the_notice(rig, tmp_path):
     rig.stop_controller()
     n = notice(rig)
     d = Driver(rig, n, record(n, checkpoint_s=30, evict_s=30))
-    d.until(lambda: (tmp_path / "ckpt").exists(), 15, "checkpoint written after a direct USR1")
+    d.until((tmp_path / "ckpt").exists, 15, "checkpoint written after a direct USR1")
     fallback = d.out.of("drain.fallback")[0]
     assert fallback["phase"] == "checkpoint" and fallback["jobs_found"] == [job]
     assert fallback["signalled"] == {str(job): {"signal": "SIGUSR1", "scope": "batch", "groups": [], "pids": [shell]}}
@@ -63,7 +63,7 @@ def test_hung_controller_is_gone_around_then_reconciled(rig, tmp_path):
     n = notice(rig)
     d = Driver(rig, n, record(n, checkpoint_s=30, evict_s=30))
     try:
-        d.until(lambda: (tmp_path / "ckpt").exists(), 20, "checkpoint written after a direct USR1")
+        d.until((tmp_path / "ckpt").exists, 20, "checkpoint written after a direct USR1")
         assert d.out.of("drain.fallback")[0]["signalled"][str(job)]["signal"] == "SIGUSR1"
     finally:
         rig.signal_daemon("slurmctld", signal.SIGCONT)

@@ -155,7 +155,7 @@ def test_no_imdsv1_unless_configured(emu):
     with pytest.raises(MetadataError) as e:
         source(emu).poll(emu.now())
     assert e.value.reason == "http_403"
-    assert not [r for r in emu.requests("/latest/meta-data")]    # nothing asked without a token
+    assert not list(emu.requests("/latest/meta-data"))    # nothing asked without a token
     emu.aws_spot("terminate")
     assert source(emu, allow_imdsv1=True).poll(emu.now()).notices[0].detail == "terminate"
 
