@@ -94,7 +94,7 @@ class ConfigError(ValueError):
 
 # One typed, read-only class per section, so the type checker knows ``config.relay.servers`` is
 # a list of strings. The fields repeat SETTINGS' keys by necessity (a checker reads classes, not
-# tables); SETTINGS stays the source of defaults and reasons, and tests/unit/test_config.py fails
+# tables); SETTINGS stays the source of defaults and reasons, and tests/common/test_config.py fails
 # if a class's fields, their order or their types differ from the table's. NamedTuples again:
 # no dataclasses import.
 class NodeSection(NamedTuple):
