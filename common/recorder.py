@@ -37,23 +37,27 @@ class Recorder:
         self._reported_at: dict[Key, float] = {}
         self._pending: dict[Key, tuple[int, dict[str, Any]]] = {}   # key -> (count, latest data)
 
-    def record(self, type_: str, reason: str, data: dict[str, Any] | None = None, n: int = 1) -> bool:
-        """Count ``n`` occurrences; True when they were reported now (first of the key, or window passed)."""
+    def record(self, type_: str, reason: str, data: dict[str, Any] | None = None, n: int = 1,
+               now: float | None = None) -> bool:
+        """Count ``n`` occurrences; True when they were reported now (first of the key, or window passed).
+
+        ``now`` is for a caller that already holds the time of what it records (else the clock)."""
         key = (type_, reason)
         self.totals[key] = self.totals.get(key, 0) + n
         pending, _ = self._pending.get(key, (0, {}))
         self._pending[key] = (pending + n, dict(data or {}))
-        if self._due(key, self.clock()):
-            self._report(key)
+        now = self.clock() if now is None else now
+        if self._due(key, now):
+            self._report(key, now)
             return True
         return False
 
-    def tick(self, force: bool = False) -> None:
+    def tick(self, force: bool = False, now: float | None = None) -> None:
         """Report every key counted since its last report whose window has passed (all: ``force``)."""
-        now = self.clock()
+        now = self.clock() if now is None else now
         for key in list(self._pending):
             if force or self._due(key, now):
-                self._report(key)
+                self._report(key, now)
 
     def total(self, type_: str, reason: str) -> int:
         return self.totals.get((type_, reason), 0)
@@ -65,10 +69,10 @@ class Recorder:
     def _due(self, key: Key, now: float) -> bool:
         return now - self._reported_at.get(key, float("-inf")) >= self.every_s
 
-    def _report(self, key: Key) -> None:
+    def _report(self, key: Key, now: float) -> None:
         count, data = self._pending.pop(key)
         self._reported_at.pop(key, None)
-        self._reported_at[key] = self.clock()
+        self._reported_at[key] = now
         # Bounded memory against a flood of distinct keys: forget the oldest report times
         # (their next occurrence is then said at once, which errs on the side of telling).
         while len(self._reported_at) > self.limit:
