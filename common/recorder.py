@@ -66,6 +66,10 @@ class Recorder:
         """Start the key afresh: its next occurrence is reported at once (e.g. after a recovery)."""
         self._reported_at.pop((type_, reason), None)
 
+    def forget_all(self) -> None:
+        """Start every key afresh (a recovery from all failures at once); totals are kept."""
+        self._reported_at.clear()
+
     def _due(self, key: Key, now: float) -> bool:
         return now - self._reported_at.get(key, float("-inf")) >= self.every_s
 
