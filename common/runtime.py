@@ -29,15 +29,26 @@ REJECT_REPORT_S = 10.0
 
 
 class StopFlag:
-    """Turns SIGTERM/SIGINT into an ordinary condition the loop checks."""
+    """Turns SIGTERM/SIGINT into an ordinary condition the loop checks.
 
-    def __init__(self) -> None:
+    ``on_stop`` is for a loop that must be woken as well (the watcher's asyncio loop: the
+    handler runs on the main thread, which is the loop's, between two of its steps).
+    """
+
+    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
         self.stopping = False
-        signal.signal(signal.SIGTERM, self._set)
-        signal.signal(signal.SIGINT, self._set)
+        self.on_stop = on_stop
+        self._before = {sig: signal.signal(sig, self._set) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def close(self) -> None:
+        """Put the handlers back as they were (a loop that ends before its process does)."""
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
 
     def _set(self, signum: int, frame: Any) -> None:
         self.stopping = True
+        if self.on_stop is not None:
+            self.on_stop()
 
 
 def config_arg(process: str, argv: list[str]) -> str | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -24,7 +23,7 @@ from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
-from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
+from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
 from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
@@ -312,8 +311,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
         return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    flag = StopFlag(on_stop=lambda: loop.call_soon_threadsafe(stop.set))
     w.announce()
     tasks = [
         asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
@@ -343,6 +341,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
     w.spool.flush(1.0)
     ctx.destroy(linger=0)
     log.info("process.stopped")
+    flag.close()
     return 1 if failed else 0
 
 
