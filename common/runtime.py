@@ -17,6 +17,7 @@ from common import ipc
 from common.config import ENV_PATH, Config, ConfigError, load
 from common.events import Outbox
 from common.log import Logger
+from common.recorder import Recorder
 
 # supervisord treats these as unexpected exits and restarts the program; a bad
 # configuration exits 2 so `supervisorctl status` shows the failure (FATAL after
@@ -28,15 +29,26 @@ REJECT_REPORT_S = 10.0
 
 
 class StopFlag:
-    """Turns SIGTERM/SIGINT into an ordinary condition the loop checks."""
+    """Turns SIGTERM/SIGINT into an ordinary condition the loop checks.
 
-    def __init__(self) -> None:
+    ``on_stop`` is for a loop that must be woken as well (the watcher's asyncio loop: the
+    handler runs on the main thread, which is the loop's, between two of its steps).
+    """
+
+    def __init__(self, on_stop: Callable[[], object] | None = None) -> None:
         self.stopping = False
-        signal.signal(signal.SIGTERM, self._set)
-        signal.signal(signal.SIGINT, self._set)
+        self.on_stop = on_stop
+        self._before = {sig: signal.signal(sig, self._set) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def close(self) -> None:
+        """Put the handlers back as they were (a loop that ends before its process does)."""
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
 
     def _set(self, signum: int, frame: Any) -> None:
         self.stopping = True
+        if self.on_stop is not None:
+            self.on_stop()
 
 
 def config_arg(process: str, argv: list[str]) -> str | None:
@@ -77,23 +89,22 @@ def start(process: str, argv: list[str] | None = None) -> tuple[Config, Logger]:
 
 
 class Rejections:
-    """Input one process refused, counted as ``<what>.rejected.<reason>``.
+    """Input one process refused, counted as ``<what>.rejected.<reason>``, reported through a Recorder.
 
     The first refusal of each reason is reported at once (a log line, and an
     event when ``emit`` is given); later ones within ``every_s`` are only
     counted, and ``tick()`` reports what accumulated once the window has
-    passed, so nothing counted goes unsaid. ``reason`` is the exception's
-    ``reason`` attribute (a bounded label), else ``bad_value``. ``counts`` may be
-    the process's own counter dict (the watcher publishes its counters).
+    passed, so nothing counted goes unsaid (common/recorder.py). ``reason`` is
+    the exception's ``reason`` attribute (a bounded label), else ``bad_value``.
+    ``counts`` may be the process's own counter dict (the watcher publishes its counters).
     """
 
     def __init__(self, log: Logger, what: str = "ipc", emit: Callable[..., Any] | None = None,
                  counts: dict[str, int] | None = None, every_s: float = REJECT_REPORT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.log, self.what, self.emit, self.every_s, self.clock = log, what, emit, every_s, clock
+        self.log, self.what, self.emit = log, what, emit
         self.counts = counts if counts is not None else {}
-        self._reported_at: dict[str, float] = {}
-        self._pending: dict[str, tuple[int, str, str]] = {}   # reason -> (count, where, detail)
+        self.recorder = Recorder(self._say, every_s, clock)
 
     @property
     def total(self) -> int:
@@ -110,26 +121,17 @@ class Rejections:
         """Count ``n`` refusals of one reason (a bounded label) at once."""
         key = f"{self.what}.rejected.{reason}"
         self.counts[key] = self.counts.get(key, 0) + n
-        pending, _, _ = self._pending.get(reason, (0, "", ""))
-        self._pending[reason] = (pending + n, where, detail[:300])
-        if self.clock() - self._reported_at.get(reason, float("-inf")) >= self.every_s:
-            self._report(reason)
+        self.recorder.record(f"{self.what}.rejected", reason,
+                             {"socket": where, "reason": reason, "detail": detail[:300]}, n)
 
     def tick(self, force: bool = False) -> None:
         """Report every reason counted since its last report whose window has passed (all: ``force``)."""
-        now = self.clock()
-        for reason in list(self._pending):
-            if force or now - self._reported_at.get(reason, float("-inf")) >= self.every_s:
-                self._report(reason)
+        self.recorder.tick(force)
 
-    def _report(self, reason: str) -> None:
-        count, where, detail = self._pending.pop(reason)
-        self._reported_at[reason] = self.clock()
-        data = {"socket": where, "reason": reason, "detail": detail, "count": count,
-                "total": self.counts[f"{self.what}.rejected.{reason}"]}
-        self.log.warning(f"{self.what}.rejected", **data)
+    def _say(self, type_: str, data: dict[str, Any]) -> None:
+        self.log.warning(type_, **data)
         if self.emit is not None:
-            self.emit(f"{self.what}.rejected", data=data)
+            self.emit(type_, data=data)
 
 
 class SpoolLink:

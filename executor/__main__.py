@@ -26,6 +26,7 @@ from common import ipc, wire
 from common.config import Config
 from common.contract import BUILTIN
 from common.log import Logger
+from common.loop import Loop
 from common.runtime import Rejections, SpoolLink, StopFlag, start
 from executor import progress_file, scheduler
 from executor.clients import Clients
@@ -92,25 +93,24 @@ class Executor:
         return self.rejections.total
 
     # -- the loop -----------------------------------------------------------------
-    def poller(self) -> zmq.Poller:
-        poller = zmq.Poller()
-        for sock in (self.sub, self.escalate_sub, self.spool.sock):
-            poller.register(sock, zmq.POLLIN)
+    def register(self, loop: Loop) -> None:
+        loop.on(self.sub, self.on_sub_readable)
+        loop.on(self.escalate_sub, self.on_escalate_readable)
+        loop.on(self.spool.sock, self.spool.on_readable)
+        # The agent socket is served every turn (readable or not); the scheduler's fd only wakes us.
         for fd in (self.clients, self.scheduler):
             if fd is not None:
-                poller.register(fd.fileno(), zmq.POLLIN)
-        return poller
+                loop.on(fd.fileno())
 
-    def turn(self, events: dict[Any, int], now: float) -> None:
-        """One turn of the loop: read what is readable, then the drain core's turn."""
-        if self.sub in events:
-            self.on_sub_readable()
-        if self.escalate_sub in events:
-            self.on_escalate_readable()
-        if self.spool.sock in events:
-            self.spool.on_readable()
+    def timeout_ms(self) -> int:
+        # Idle, wake once a second (level-triggered state arrives every second anyway); while a
+        # drain runs, four times a second so retries and acks are not held back.
+        return 250 if self.drains.busy else 1000
+
+    def turn(self, ready: set[Any], now: float) -> None:
+        """One turn of the loop, after the handlers of what was readable: the drain core's turn."""
         if self.clients is not None:
-            self.clients.serve(self.clients.fileno() in events, time.monotonic())
+            self.clients.serve(self.clients.fileno() in ready, time.monotonic())
         self.drains.on_reports(now)
         self.drains.turn(now)
         self.spool.tick(now)
@@ -137,11 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     ctx = zmq.Context()
     ex = Executor(config, log, ctx)
-    poller = ex.poller()
-    while not stop.stopping:
-        # Idle, wake once a second (level-triggered state arrives every second anyway); while a
-        # drain runs, four times a second so retries and acks are not held back.
-        ex.turn(dict(poller.poll(250 if ex.drains.busy else 1000)), time.time())
+    loop = Loop()
+    ex.register(loop)
+    loop.run(stop, lambda ready: ex.turn(ready, time.time()), ex.timeout_ms)
     ex.close()
     ctx.destroy(linger=0)
     log.info("process.stopped")

@@ -35,6 +35,7 @@ from common import ipc, wire
 from common.config import Config
 from common.events import Origin, make_event
 from common.log import Logger
+from common.loop import Loop
 from common.runtime import Rejections, StopFlag, start
 from spool.intake import MAX_RECORD, OWN, Intake, Rejected, encode, parse_event
 from spool.record import record_size
@@ -72,9 +73,9 @@ class Spool:
         self.intake = Intake()
         self.sock = ipc.bind(ctx, zmq.ROUTER, config.paths.runtime_dir, ipc.SPOOL_INTAKE)
         self.sub = ipc.subscriber(ctx, config.paths.runtime_dir, ipc.WATCHER_PUB, ipc.T_CONTRACT)
-        self.poller = zmq.Poller()
-        self.poller.register(self.sock, zmq.POLLIN)
-        self.poller.register(self.sub, zmq.POLLIN)
+        self.loop = Loop()
+        self.loop.on(self.sock, self.receive)
+        self.loop.on(self.sub, self.on_contract)
         # A per-start stamp keeps (source, seq) of the spool's own events unique across restarts.
         self.origin = Origin(config.node.name, config.node.hall, f"spool-{os.getpid()}-{int(time.time())}")
         self.seq = 0
@@ -93,8 +94,8 @@ class Spool:
     # -- the loop --------------------------------------------------------------------
     def run(self, stop: StopFlag) -> int:
         """Serve until SIGTERM (exit 0) or a dead shipper thread (exit 1: supervisord restarts us)."""
-        while not stop.stopping and not (self.shipper is not None and self.shipper.crashed):
-            self.round(self.timeout_ms())
+        self.loop.run(stop, lambda ready: self.after_round(), self.timeout_ms,
+                      until=lambda: self.shipper is not None and bool(self.shipper.crashed))
         self.shutdown()
         return 1 if self.shipper is not None and self.shipper.crashed else 0
 
@@ -105,11 +106,11 @@ class Spool:
 
     def round(self, timeout_ms: int) -> None:
         """One poll round: take everything waiting, write it, sync once, acknowledge."""
-        ready = dict(self.poller.poll(timeout_ms))
-        if self.sock in ready:
-            self.receive()
-        if self.sub in ready:
-            self.on_contract()
+        self.loop.once(timeout_ms)
+        self.after_round()
+
+    def after_round(self) -> None:
+        """What follows the reads of a round: write, sync once, acknowledge."""
         self.collect_reports()
         self.rejections.tick()
         self.attach_drops()

@@ -19,6 +19,7 @@ import time
 
 from common.http import HttpClient, HttpError
 from common.log import Logger
+from common.recorder import Recorder
 from spool.ring import SpoolIOError
 from spool.shipping import (
     Bisect,
@@ -33,6 +34,7 @@ MAX_BATCH_BYTES = 1 << 20
 IDLE_WAIT_S = 60.0     # a safety net only: writes wake the shipper
 STOP_WAIT_S = 2.0      # a POST still hanging after this is abandoned; the batch ships after restart
 RECORD_PREFIX = 200    # bytes of a set-aside record quoted in its spool.ship_rejected event
+FAILING_REPORT_S = 60.0   # a failing streak: said when it starts, then with its count this often
 
 
 class Shipper(threading.Thread):
@@ -52,6 +54,8 @@ class Shipper(threading.Thread):
         self._client_url: str | None = None
         self.failures = 0          # consecutive failed attempts (drives the backoff)
         self.failing_since = 0.0
+        # ship.failing per (type, reason): this thread's own (a Recorder is not thread-safe).
+        self.failing = Recorder(lambda type_, data: self.log.warning(type_, **data), FAILING_REPORT_S)
         self.attempts = 0          # POSTs sent, counters for tests and the stop log line
         self.shipped = 0
         self.set_aside = 0
@@ -79,6 +83,7 @@ class Shipper(threading.Thread):
             self.crashed = f"{type(e).__name__}: {e}"
             self.log.error("ship.crashed", error=self.crashed[:500])
         finally:
+            self.failing.tick(force=True)   # nothing counted goes unsaid
             if self._client is not None:
                 self._client.close()
 
@@ -144,11 +149,11 @@ class Shipper(threading.Thread):
             resp = client.request("POST", "" if client.prefix else "/", body=body, timeout_s=self.timeout_s,
                                   headers={"Content-Type": "application/x-ndjson"})
         except HttpError as e:
-            if not self.failures:
-                self.log.warning("ship.failing", reason=e.reason, detail=e.detail[:200])
+            self.failing.record("ship.failing", e.reason, {"reason": e.reason, "detail": e.detail[:200]})
             return None, None
-        if not 200 <= resp.status < 300 and not self.failures:
-            self.log.warning("ship.failing", status=resp.status, body=resp.body[:200].decode(errors="replace"))
+        if not 200 <= resp.status < 300:
+            self.failing.record("ship.failing", f"status_{resp.status}", {
+                "status": resp.status, "body": resp.body[:200].decode(errors="replace")})
         return resp.status, retry_after_s(resp.headers.get("retry-after"), self.backoff[1])
 
     def _connect(self) -> HttpClient | None:
@@ -171,9 +176,13 @@ class Shipper(threading.Thread):
         if retry_after is not None:
             delay = max(delay, retry_after)
         self.failures += 1
+        self.failing.tick()
         self.stopping.wait(delay)
 
     def _recovered(self) -> None:
+        """The streak ended: say what it counted, then ``ship.recovered``; the next streak is news."""
+        self.failing.tick(force=True)
+        self.failing.forget_all()
         if self.failures:
             self.log.info("ship.recovered", failed_attempts=self.failures,
                           after_s=round(time.monotonic() - self.failing_since, 3))

@@ -23,6 +23,7 @@ from common.config import Config
 from common.contract import BUILTIN, Contract
 from common.fsutil import write_atomic
 from common.log import Logger
+from common.loop import Loop
 from common.notice import Notice
 from common.runtime import Rejections, SpoolLink, StopFlag, start
 from verifier import core, metrics
@@ -57,6 +58,7 @@ class Verifier:
         self.started = time.time()
         self.heard: set[bytes] = set()
         self.active: dict[str, Notice] = {}
+        self.published_at = 0.0
         self.withdrawn: frozenset[str] = frozenset()
         self.arrivals: dict[str, dict[str, float]] = {}
         self.progress: dict[str, wire.DrainRecord] = {}
@@ -193,32 +195,28 @@ class Verifier:
                 self.log.error("metrics.write_failed", path=self.metrics_path, error=str(e)[:300])
             self.metrics_failed = True
 
+    def turn(self, now: float) -> None:
+        """The housekeeping after each poll: judge, resend, report refusals, publish, metrics."""
+        self.check(now)
+        self.spool.tick(now)
+        self.rejections.tick()
+        if now - self.published_at >= PUBLISH_EVERY_S:
+            self.publish()
+            self.published_at = now
+        self.write_metrics()
+
 
 def main(argv: list[str] | None = None) -> int:
     config, log = start("verifier", argv)
     stop = StopFlag()
     ctx = zmq.Context()
     v = Verifier(config, log, ctx)
-    poller = zmq.Poller()
-    for s in (v.notices_sub, v.progress_sub, v.spool.sock):
-        poller.register(s, zmq.POLLIN)
-    last_publish = 0.0
-    while not stop.stopping:
-        events = dict(poller.poll(250 if v.active else 1000))
-        if v.notices_sub in events:
-            v.on_readable(v.notices_sub)
-        if v.progress_sub in events:
-            v.on_readable(v.progress_sub)
-        if v.spool.sock in events:
-            v.on_acks()
-        now = time.time()
-        v.check(now)
-        v.spool.tick(now)
-        v.rejections.tick()
-        if now - last_publish >= PUBLISH_EVERY_S:
-            v.publish()
-            last_publish = now
-        v.write_metrics()
+    loop = Loop()
+    loop.on(v.notices_sub, lambda: v.on_readable(v.notices_sub))
+    loop.on(v.progress_sub, lambda: v.on_readable(v.progress_sub))
+    loop.on(v.spool.sock, v.on_acks)
+    # Idle, a turn a second; four while a notice is active, so a deadline is judged on time.
+    loop.run(stop, lambda ready: v.turn(time.time()), lambda: 250 if v.active else 1000)
     v.rejections.tick(force=True)
     v.spool.flush(1.0)
     v.on_acks()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -23,7 +22,8 @@ from common import ipc, state_file, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
-from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, start
+from common.recorder import Recorder
+from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
 from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
@@ -38,26 +38,12 @@ TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced
 STATE_FILE = "notice.json"
 MAX_STATE = 1 << 20
 # A repeated error is logged (and sent to the spool) again only after this long;
-# every occurrence is still counted.
+# every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
-
-
-class Throttle:
-    """Says whether a repeated report (same key) is due again; a pure function of the clock."""
-
-    def __init__(self, every_s: float, limit: int = 256) -> None:
-        self.every_s = every_s
-        self.limit = limit
-        self.last: dict[str, float] = {}
-
-    def due(self, key: str, now: float) -> bool:
-        if now - self.last.get(key, -1e18) < self.every_s:
-            return False
-        self.last.pop(key, None)
-        self.last[key] = now
-        while len(self.last) > self.limit:
-            del self.last[next(iter(self.last))]
-        return True
+# What the throttled reports are logged at; the event type is the log message, except
+# the relay's, whose errors and drops share one event type.
+REPORT_LEVEL = {"notice.ignored": "info"}
+REPORT_EVENT = {"relay.slow_consumer": "relay.error"}
 
 
 class Watcher:
@@ -76,7 +62,7 @@ class Watcher:
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
-        self.throttle = Throttle(REPEAT_REPORT_S)
+        self.reports = Recorder(self._say, REPEAT_REPORT_S, clock=time.time)
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
@@ -125,11 +111,8 @@ class Watcher:
     def reject(self, e: Rejected, channel: str, size: int, now: float, **where: str) -> None:
         """Count every rejection; log and send it to the spool once a minute per reason."""
         self.count(f"rejected.{e.reason}")
-        if self.throttle.due(f"rejected.{e.reason}", now):
-            data = {"channel": channel, "reason": e.reason, "detail": e.detail[:300], "size": size,
-                    "count": self.counters[f"rejected.{e.reason}"]}
-            self.log.warning("notice.rejected", **data, **where)
-            self.spool.emit("notice.rejected", data=data, now=now)
+        self.reports.record("notice.rejected", e.reason, {"channel": channel, "reason": e.reason,
+                            "detail": e.detail[:300], "size": size, "log_only": where})
 
     def observe(self, notice: Notice, now: float) -> Outcome:
         gen = self.book.gen
@@ -177,14 +160,11 @@ class Watcher:
         elif outcome.action == "withdrawn":
             self.log.info("notice.withdrawn", notice_id=n.id, kind=n.kind)
             self.spool.emit("notice.withdrawn", n.id, {"kind": n.kind}, now)
-        elif (outcome.action == "ignored" and outcome.reason != "withdrawn"
-              and self.throttle.due(f"ignored.{outcome.reason}", now)):
+        elif outcome.action == "ignored" and outcome.reason != "withdrawn":
             # Once a minute per reason, not per notice: a flood of distinct ids (another node's
-            # notices misrouted to us) is counted in full but logged once, with the count so far.
-            data = {"reason": outcome.reason, "node": n.node[:200], "channel": n.channel,
-                    "count": self.counters.get(f"ignored.reason.{outcome.reason}", 1)}
-            self.log.info("notice.ignored", notice_id=n.id, **data)
-            self.spool.emit("notice.ignored", n.id, data, now)
+            # notices misrouted to us) is counted in full but logged once, with the count.
+            self.reports.record("notice.ignored", outcome.reason, {
+                "reason": outcome.reason, "node": n.node[:200], "channel": n.channel, "notice_id": n.id})
 
     # -- inputs: the metadata loop (watcher.metadata_loop.Host) -------------------
     def metadata_started(self, source: MetadataSource, wake: asyncio.Event) -> None:
@@ -210,11 +190,7 @@ class Watcher:
 
     def _metadata_error(self, source: str, e: MetadataError, now: float) -> None:
         self.count(f"metadata.error.{e.reason}")
-        if self.throttle.due(f"metadata.{e.reason}", now):
-            data = {"provider": source, "reason": e.reason, "detail": e.detail,
-                    "count": self.counters[f"metadata.error.{e.reason}"]}
-            self.log.warning("metadata.error", **data)
-            self.spool.emit("metadata.error", data=data, now=now)
+        self.reports.record("metadata.error", e.reason, {"provider": source, "reason": e.reason, "detail": e.detail})
         self.metadata_failing = e.reason
 
     def on_metadata_disabled(self, error: str) -> None:
@@ -230,16 +206,22 @@ class Watcher:
         self.count(f"relay.{status}")
         now = time.time()
         if status in ("error", "slow_consumer"):
-            if not self.throttle.due(f"relay.{status}", now):
-                return
-            detail = f"{detail} (count {self.counters[f'relay.{status}']})"
+            self.reports.record(f"relay.{status}", status, {"detail": detail[:300]})
+            return
         level = self.log.warning if status in ("error", "slow_consumer", "disconnected", "closed") else self.log.info
         level(f"relay.{status}", detail=detail)
         event = {"connected": "relay.connected", "reconnected": "relay.connected",
-                 "disconnected": "relay.disconnected", "error": "relay.error",
-                 "slow_consumer": "relay.error"}.get(status)
+                 "disconnected": "relay.disconnected"}.get(status)
         if event:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
+
+    def _say(self, type_: str, data: dict[str, Any]) -> None:
+        """A throttled report (self.reports): a log line and a spool event of what was counted."""
+        notice_id = data.pop("notice_id", "")
+        where = data.pop("log_only", {})
+        level = self.log.info if REPORT_LEVEL.get(type_) == "info" else self.log.warning
+        level(type_, **({"notice_id": notice_id} if notice_id else {}), **data, **where)
+        self.spool.emit(REPORT_EVENT.get(type_, type_), notice_id, data)
 
     def on_progress_readable(self) -> None:
         for frames in ipc.pending(self.progress_sub):
@@ -294,6 +276,7 @@ class Watcher:
         self.spool.on_readable()
         self.spool.tick()
         self.rejections.tick()
+        self.reports.tick()
         self.on_progress_readable()
         self.on_injected()
         self.book.forget_old(time.time())
@@ -328,8 +311,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
         return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    flag = StopFlag(on_stop=lambda: loop.call_soon_threadsafe(stop.set))
     w.announce()
     tasks = [
         asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
@@ -357,9 +339,11 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
         except (TimeoutError, Exception):  # noqa: BLE001 -- stopping; report and move on
             t.cancel()
     w.rejections.tick(force=True)
+    w.reports.tick(force=True)
     w.spool.flush(1.0)
     ctx.destroy(linger=0)
     log.info("process.stopped")
+    flag.close()
     return 1 if failed else 0
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from common.recorder import Recorder
 from common.wire import DrainState, Phase, PhaseEnds, Step
 from executor.kube import node_steps
 from executor.kube.api import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
@@ -46,6 +47,7 @@ RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
 FALLBACK_TIMEOUT_S = 30.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
+WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,9 @@ class DrainRunner:
         self._answers: queue.Queue[tuple[str, Answer]] = queue.Queue()
         self._evicted = 0
         self._phase = ""
-        self._last_log: dict[str, str] = {}
+        # Coordinator thread only (the workers report through the answers queue).
+        self._warnings = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
+                                  WARN_REPEAT_S, clock)
         self._thread = threading.Thread(target=self._main, name=f"drain-{spec.notice_id[:16]}", daemon=True)
 
     # -- control (from the loop) -------------------------------------------------------
@@ -124,17 +128,18 @@ class DrainRunner:
             self._report(InPhase(self.spec.notice_id, phase))
 
     def _warn(self, name: str, error: str) -> None:
-        """A warning for the log, once per distinct message (a step retried every 0.5 s must not
-        flood it)."""
-        if self._last_log.get(name) != error:
-            self._last_log[name] = error
-            self._report(Log(self.spec.notice_id, name, {"error": error[:300]}))
+        """A warning for the log, keyed by (name, message text): a step retried every 0.5 s must
+        not flood it. What used to be "the same text again is dropped" is now "said again with
+        its count once WARN_REPEAT_S has passed, and at the end of the drain" (common/recorder.py)."""
+        text = error[:300]
+        self._warnings.record(name, text, {"error": text})
 
     def _step(self, step: str, event: str = "", **data: Any) -> None:
         self._steps.add(step)
         self._report(StepDone(self.spec.notice_id, step, event, data))
 
     def _wait(self, seconds: float) -> None:
+        self._warnings.tick()
         if self._stop.wait(max(0.0, seconds)):
             raise Stopped()
 
@@ -152,6 +157,7 @@ class DrainRunner:
         except Exception as e:  # noqa: BLE001 -- report, and let the loop start a new runner
             self._report(Log(self.spec.notice_id, "drain.crashed", {"error": f"{type(e).__name__}: {e}"[:500]}))
         finally:
+            self._warnings.tick(force=True)
             api.close()
 
     def _call_node(self, api: KubeApi, fn: Callable[[], Any]) -> Any:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from common.recorder import Recorder
 from common.wire import DrainState, Phase, Step
 from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Report, StepDone, Withdrawal
 from executor.slurm import local as slurm_local
@@ -56,6 +57,7 @@ from executor.slurm.rules import (
 POLL_S = 0.5          # between rounds while slurmctld answers (each round is 4-5 CLI calls)
 DOWN_POLL_S = 1.0     # between rounds while it does not (a /proc scan costs 0.1-0.5 s)
 RETRY_S = 1.0         # after a refused call
+ERROR_REPEAT_S = 60.0  # the same error of one notice is said again (with its count) only this often
 # The recipe's phase -> the record's phase (common.wire.Phase), for the verifier.
 _PHASE_NAME = {"checkpoint": Phase.CHECKPOINT, "evict": Phase.REQUEUE, "kill": Phase.KILL}
 
@@ -98,12 +100,18 @@ class SlurmDrain:
         self.dry_run = dry_run
         self.scan = scan
         self.proc = proc
+        # Keyed by (drain.error, notice id + text); last_error: the key each notice last failed with.
+        self.errors = Recorder(self._say_error, ERROR_REPEAT_S)
         self.last_error: dict[str, str] = {}
         self.undo_at: dict[str, float] = {}
         self.probe: Probe | None = None
         self.dry_said: set[tuple[str, str]] = set()
 
     # -- entry points ------------------------------------------------------------
+    def tick(self, now: float, force: bool = False) -> None:
+        """Say the errors counted since their last report once their window has passed (all: ``force``)."""
+        self.errors.tick(force, now)
+
     def step(self, t: Tracked, now: float) -> None:
         """One round of the drain of ``t`` (paced: a call before it is due does nothing)."""
         o = t.order
@@ -119,7 +127,8 @@ class SlurmDrain:
             try:
                 self._through_controller(t, ph, now)
                 t.next_at = now + POLL_S
-                self.last_error.pop(o.notice_id, None)
+                if o.notice_id in self.last_error:   # answered again: the next failure is news
+                    self.errors.forget("drain.error", self.last_error.pop(o.notice_id))
                 return
             except Unreachable as e:
                 why = str(e)
@@ -353,8 +362,13 @@ class SlurmDrain:
         return None
 
     def _error(self, nid: str, e: Exception, now: float) -> None:
-        # One event per distinct error, not one per round: a dead controller must not flood the spool.
+        """A failed call: one event per (notice, text) and window, not one per round, so a dead
+        controller does not flood the spool. What used to be "the same text again is dropped" is
+        now "said again with its count once ERROR_REPEAT_S has passed" (common/recorder.py)."""
         text = str(e)[:300]
-        if self.last_error.get(nid) != text:
-            self.last_error[nid] = text
-            self._event(nid, "drain.error", {"scheduler": "slurm", "error": text})
+        self.last_error[nid] = f"{nid}\n{text}"
+        self.errors.record("drain.error", self.last_error[nid],
+                           {"scheduler": "slurm", "error": text, "notice_id": nid}, now=now)
+
+    def _say_error(self, type_: str, data: dict[str, Any]) -> None:
+        self._event(data.pop("notice_id"), type_, data)

@@ -117,10 +117,12 @@ class SlurmScheduler:
                     tracked.pop(w.notice_id, None)
                     if self.recipe.undo(w, time.time()):
                         self._finished(self._withdrawals, key)
+                self.recipe.tick(time.time())
                 self._kick.wait(IDLE_WAIT_S)
         except Stopped:
             pass
         finally:
+            self.recipe.tick(time.time(), force=True)   # nothing counted goes unsaid
             if self.recipe.probe is not None:
                 self.recipe.probe.close()
 

@@ -86,6 +86,12 @@ def test_a_flood_of_other_nodes_notices_is_counted_in_full_and_logged_once(confi
     assert w.counters["ignored.reason.other_node"] == 1000 and w.counters["ignored.relay"] == 1000
     assert len(lines(out, "notice.ignored")) == 1
     assert sum(1 for _, ev in w.spool.outbox.pending.values() if ev["type"] == "notice.ignored") == 1
+    # Found when the five flood guards became one recorder: the watcher never said what it had
+    # counted after the first report. Now the stop says the rest: count since the last, and total.
+    w.reports.tick(force=True)
+    said = [ev["data"] for _, ev in w.spool.outbox.pending.values() if ev["type"] == "notice.ignored"]
+    assert [(d["count"], d["total"]) for d in said] == [(1, 1), (999, 1000)]
+    assert [(x["count"], x["total"]) for x in lines(out, "notice.ignored")] == [(1, 1), (999, 1000)]
 
 
 def test_relay_drops_are_counted_apart_from_errors(config, ctx):

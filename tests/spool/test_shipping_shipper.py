@@ -155,3 +155,31 @@ def test_stop_is_prompt_even_while_backing_off(store: Store) -> None:
     wait_for(lambda: shipper.attempts >= 1, 5, "a failed attempt")
     assert shipper.stop(timeout_s=5.0)          # not after the 15-30 s backoff
     assert store.stats()["unshipped_records"] == 5
+
+
+def test_a_failing_streak_is_said_at_its_start_and_its_count_when_it_ends(store: Store, vec: VectorEmulator) -> None:
+    """One recorder (common/recorder.py): the first failure at once, the rest counted (not one line per
+    attempt), said when the streak ends, then ship.recovered; a new streak is said at once again."""
+    out = io.StringIO()
+    vec.refuse()
+    shipper = Shipper(store, Logger("shipper", stream=out), vec.url, 50, rng=random.Random(1), **FAST)
+    shipper.start()
+
+    def lines(msg: str) -> list[dict]:
+        return [r for r in map(json.loads, out.getvalue().splitlines()) if r["msg"] == msg]
+
+    try:
+        write(store, 0, 20)
+        wait_for(lambda: shipper.attempts >= 10, 10, "many failed attempts while Vector is down")
+        assert len(lines("ship.failing")) == 1 and lines("ship.failing")[0]["count"] == 1
+        vec.accept()
+        wait_for(lambda: drained(store), 10, "every record released")
+        failing, [recovered] = lines("ship.failing"), lines("ship.recovered")
+        assert len(failing) == 2
+        assert sum(f["count"] for f in failing) == failing[-1]["total"] == recovered["failed_attempts"]
+        vec.refuse()
+        write(store, 20, 5)
+        wait_for(lambda: len(lines("ship.failing")) >= 3, 10, "the next streak said at once")
+        assert lines("ship.failing")[2]["count"] == 1
+    finally:
+        shipper.stop()

@@ -167,3 +167,19 @@ def test_requeue_refused_is_remembered_across_rounds():
     assert fake.calls.count("requeue") == 1
     assert out.rec["slurm"]["refused"] == {"7": "Requested operation is presently disabled for job 7"}
     assert out.rec["remaining"] == ["7"]
+
+
+def test_a_refusal_that_lasts_is_said_again_per_window_with_its_count_and_the_rest_at_the_end():
+    """The one recorder (common/recorder.py) instead of "the same text again is dropped":
+    a controller refusing for minutes says so once per window, and the stop says what is left."""
+    fake = FakeSlurm()
+    fake.fail["drain"] = SlurmError(("scontrol",), 1, "Invalid node state specified")
+    r = Run(fake)
+    out = r.out
+    t = r.rounds(7)                              # 70 s of refusals, one round every 10 s
+    r.drain.tick(t)
+    assert [(d["count"], d["total"]) for d in out.of("drain.error")] == [(1, 1), (6, 7)]
+    t = r.rounds(2, start=t)
+    r.drain.tick(t, force=True)
+    assert [(d["count"], d["total"]) for d in out.of("drain.error")][-1] == (2, 9)
+    assert all("Invalid node state" in d["error"] for d in out.of("drain.error"))
