@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_layering import product_modules
+from tests.repo.test_layering import product_modules
 
 MAX_LINES = 400
 

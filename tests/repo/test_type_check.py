@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tomllib
 
-from tests.unit.test_layering import REPO, shipped_packages
+from tests.repo.test_layering import REPO, shipped_packages
 
 MYPY = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
 # What a per-module override may say without loosening the check.
