@@ -162,7 +162,8 @@ def test_a_failing_streak_is_said_at_its_start_and_its_count_when_it_ends(store:
     attempt), said when the streak ends, then ship.recovered; a new streak is said at once again."""
     out = io.StringIO()
     vec.refuse()
-    shipper = Shipper(store, Logger("shipper", stream=out), vec.url, 50, rng=random.Random(1), **FAST)
+    shipper = Shipper(store, Logger("shipper", stream=out), vec.url, 50, policy=ShipPolicy(**FAST),
+                      rng=random.Random(1))
     shipper.start()
 
     def lines(msg: str) -> list[dict]:
