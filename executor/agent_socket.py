@@ -6,7 +6,7 @@ epoll set, and that epoll fd is the single fd the outer loop polls: it turns
 readable whenever any of them needs service. So the executor registers one fd
 with its zmq.Poller (or a selector, in tests) and never tracks connections::
 
-    server = AgentSocketServer("/run/sco-agent/agent.sock", group="slurm")
+    server = AgentSocketServer("/run/sco-agent-socket/agent.sock", group="slurm")
     server.listen()
     poller.register(server.fileno(), zmq.POLLIN)
     while True:
@@ -108,7 +108,9 @@ class AgentSocketServer:
     def listen(self) -> None:
         """Create the parent dir, clear a stale socket file, bind with the configured mode/owner."""
         parent = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(parent, mode=self.dir_mode, exist_ok=True)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=self.dir_mode, exist_ok=True)
+            os.chmod(parent, self.dir_mode)  # makedirs' mode is filtered by the umask: say it exactly
         _remove_stale(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -193,12 +195,16 @@ class AgentSocketServer:
         return min(times, default=None)
 
     def announce(self, notice: dict[str, Any], now: float | None = None) -> None:
-        """Make ``notice`` (id, kind, deadline, checkpoint_by) active and send it to every client."""
+        """Make ``notice`` (id, kind, deadline, checkpoint_by) the only active one and send it to every client."""
         self._apply(self._core.announce(notice, time.monotonic() if now is None else now))
 
-    def withdraw(self, notice_id: str) -> None:
-        """The notice was cancelled; clients that were sent it get a ``withdrawn`` line."""
-        self._apply(self._core.withdraw(notice_id))
+    def set_notices(self, notices: list[dict[str, Any]], now: float | None = None) -> None:
+        """Every notice that drains now; each client is sent the one that governs it, once."""
+        self._apply(self._core.set_notices(notices, time.monotonic() if now is None else now))
+
+    def withdraw(self, notice_id: str, now: float | None = None) -> None:
+        """The notice was cancelled; clients it governed get a ``withdrawn`` line (then the next notice)."""
+        self._apply(self._core.withdraw(notice_id, time.monotonic() if now is None else now))
 
     def drain_acks(self) -> list[Ack]:
         """The acks received since the last call, oldest first."""

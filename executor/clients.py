@@ -7,6 +7,8 @@ counters into ``socket.rejected`` log lines and events. Runs on the loop's threa
 """
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,7 @@ class Clients:
         # turn its counters into socket.rejected log lines and events.
         self.rejections = Rejections(log, what="socket", emit=emit)
         self._errors_seen: dict[str, int] = {}
+        self._turn: list[dict[str, Any]] = []   # the notices announced since the last tell()
 
     @classmethod
     def open(cls, config: Config, log: Logger, emit: Callable[..., Any]) -> Clients | None:
@@ -50,11 +53,23 @@ class Clients:
         except (AgentSocketError, OSError, KeyError, ValueError) as e:
             log.error("agent_socket.unavailable", path=s.path, error=str(e)[:300])
             return None
+        blocked = blocking_dir(s.path)
+        if blocked is not None:
+            # The agent still runs and root clients still connect; workloads as other users cannot.
+            log.warning("agent_socket.unreachable", path=s.path, dir=blocked,
+                        detail="a directory above the socket is not searchable by the users its mode admits")
         return cls(server, s.path, log, emit)
 
     # -- what the drain core uses ------------------------------------------------------
     def announce(self, message: dict[str, Any]) -> None:
-        self.server.announce(message)
+        """One notice that drains this turn; ``tell`` hands the turn's notices to the socket."""
+        self._turn.append(message)
+
+    def tell(self) -> None:
+        """The turn's notices, all at once: each client hears only the one that governs it
+        (the earliest deadline), and again only when that changes."""
+        notices, self._turn = self._turn, []
+        self.server.set_notices(notices)
 
     def count(self) -> int:
         return len(self.server.clients())
@@ -64,11 +79,12 @@ class Clients:
 
     def holds(self, notice_id: str) -> tuple[frozenset[str], bool]:
         """The pods whose clients have not acked ``notice_id`` yet, and whether a client no pod can
-        be told for holds every pod."""
+        be told for holds every pod. A client answers every later notice by acking the one that
+        governs it: it was told only that one, and checkpointed for the earliest deadline."""
         infos = self.server.clients()
         live = {c.client for c in infos}
         self.pods = {k: v for k, v in self.pods.items() if k in live}
-        return workload_map.holds([(self._pod_of(c.client, c.pid), c.notice_id == notice_id and c.acked is not None)
+        return workload_map.holds([(self._pod_of(c.client, c.pid), notice_id in c.answered or c.acked is not None)
                                    for c in infos])
 
     def acks(self) -> list[AckSeen]:
@@ -106,3 +122,31 @@ class Clients:
 
     def close(self) -> None:
         self.server.close()
+
+
+def blocking_dir(path: str) -> str | None:
+    """The first directory above ``path`` that keeps out a user the socket's own mode admits
+    (other users for o+w, its group for g+w): connecting needs search permission on every one.
+    None when nothing blocks, or the socket admits nobody but its owner."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    others, group = bool(st.st_mode & stat.S_IWOTH), bool(st.st_mode & stat.S_IWGRP)
+
+    def searchable(d: os.stat_result) -> bool:
+        if d.st_mode & stat.S_IXOTH:
+            return True
+        return not others and group and bool(d.st_mode & stat.S_IXGRP) and d.st_gid == st.st_gid
+
+    d = os.path.dirname(os.path.abspath(path))
+    while others or group:
+        try:
+            if not searchable(os.stat(d)):
+                return d
+        except OSError:
+            return d
+        if d == os.path.dirname(d):
+            return None
+        d = os.path.dirname(d)
+    return None

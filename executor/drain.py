@@ -101,6 +101,8 @@ class Drains:
                 self.scheduler.advance(self._order(n, rec), now)
         for nid in self.withdrawn:
             self._withdraw(nid, now)
+        if self.clients is not None:
+            self.clients.tell()   # after the withdrawals: a client they governed hears "withdrawn" first
         self._collect_acks(now)
 
     def on_reports(self, now: float) -> None:

@@ -11,14 +11,19 @@ Identity comes from the kernel, never from the message: the pid, uid and gid
 of a registration are the socket's SO_PEERCRED values. A claimed pid that
 differs is not an error (a pod sees its own pid namespace, so its claim
 rarely matches the host's view); it is echoed back as ``claimed_pid`` and
-counted. An ack can only ever acknowledge the notice that this connection
-was sent, so no client can speak for another.
+counted. An ack can only ever acknowledge a still-active notice that this
+connection was sent, so no client can speak for another.
+
+Several notices may drain at once (a reclaim and a maintenance event; one
+reclaim heard twice with deadlines apart). A client is told only the one that
+governs it -- ``socket_wire.governing_notice``, the earliest deadline -- and
+told again only when that changes, so it never flaps between them.
 
 The line format, limits and error codes are ``executor.socket_wire``'s.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from executor.socket_wire import (
@@ -38,6 +43,7 @@ from executor.socket_wire import (
     decode_line,
     encode,
     error_line,
+    governing_notice,
     is_text,
     validate_notice,
 )
@@ -52,9 +58,13 @@ class _Conn:
     client: int | None = None  # set by register
     name: str = ""
     errors: int = 0
-    sent_id: str | None = None  # the active notice, once queued to this connection
-    sent_at: float = 0.0
-    acked: str | None = None  # status of this connection's ack of sent_id
+    sent: dict[str, Any] | None = None  # the governing notice as last queued to this connection
+    told: dict[str, float] = field(default_factory=dict)  # active notice id -> when first queued here
+    acked: dict[str, str] = field(default_factory=dict)  # notice id -> this connection's recorded status
+
+    @property
+    def sent_id(self) -> str | None:
+        return None if self.sent is None else self.sent["id"]
 
 
 class AgentProtocol:
@@ -70,8 +80,8 @@ class AgentProtocol:
         self._conns: dict[int, _Conn] = {}
         self._timed: set[int] = set()  # connections with a running timer (unregistered or mid-line)
         self._next_client = 0
-        self._notice: dict[str, Any] | None = None
-        self._notice_line = b""
+        self._notices: dict[str, dict[str, Any]] = {}  # every draining notice, by id
+        self._governing: dict[str, Any] | None = None  # governing_notice(self._notices)
         self._counts: dict[str, int] = {}
         self._handlers = {"register": self._on_register, "ack": self._on_ack, "ping": self._on_ping}
 
@@ -146,43 +156,67 @@ class AgentProtocol:
 
     @property
     def active_notice(self) -> dict[str, Any] | None:
-        return dict(self._notice) if self._notice else None
+        """The notice that governs every client now (the earliest deadline), None if none drains."""
+        return dict(self._governing) if self._governing else None
+
+    @property
+    def notices(self) -> list[dict[str, Any]]:
+        """Every active notice, in no particular order."""
+        return [dict(n) for n in self._notices.values()]
 
     def announce(self, notice: dict[str, Any], now: float) -> list[Action]:
-        """Make ``notice`` the active one and send it to every registered client.
+        """Make ``notice`` the only active one (``set_notices`` with one notice)."""
+        return self.set_notices([notice], now)
 
-        Re-announcing the same notice unchanged is a no-op (the watcher is level-triggered);
-        a changed deadline under the same id is re-sent, and acks already given stand.
-        """
-        fields = validate_notice(notice)
-        if fields == self._notice:
-            return []
-        same_id = self._notice is not None and self._notice["id"] == fields["id"]
-        self._notice = fields
-        self._notice_line = encode({"op": "notice", **fields})
-        actions: list[Action] = []
-        for conn, c in self._conns.items():
-            if c.client is not None:
-                actions.append(self._send_notice(conn, c, now, keep_ack=same_id))
-        return actions
+    def set_notices(self, notices: list[dict[str, Any]], now: float) -> list[Action]:
+        """The notices that drain now, all of them (level-triggered: called every loop turn).
 
-    def withdraw(self, notice_id: str) -> list[Action]:
-        """The notice was cancelled: tell the clients that were sent it; unknown ids are ignored."""
-        if self._notice is None or self._notice["id"] != notice_id:
-            return []
-        self._notice = None
+        Each client is told only the one that governs it (``governing_notice``), and again only
+        when that changes: another id, or the same id with a changed deadline (acks given stand).
+        A notice left out is no longer active: acks for it are refused from now on. Nothing is
+        changed when one of ``notices`` is malformed (ValueError)."""
+        fields = [validate_notice(n) for n in notices]
+        self._notices = {f["id"]: f for f in fields}
+        for c in self._conns.values():
+            for nid in [k for k in c.told if k not in self._notices]:
+                del c.told[nid]
+            for nid in [k for k in c.acked if k not in self._notices]:
+                del c.acked[nid]
+        return self._retell(now)
+
+    def withdraw(self, notice_id: str, now: float = 0.0) -> list[Action]:
+        """The notice was cancelled: clients it governed get a ``withdrawn`` line, then the notice
+        that governs them now, if another one drains. Unknown ids are ignored."""
+        self._notices.pop(notice_id, None)
         line = encode({"op": "withdrawn", "id": notice_id})
         actions: list[Action] = []
         for conn, c in self._conns.items():
+            c.told.pop(notice_id, None)
+            c.acked.pop(notice_id, None)
             if c.sent_id == notice_id:
-                c.sent_id, c.acked = None, None
+                c.sent = None
                 actions.append(Send(conn, line))
-        return actions
+        return actions + self._retell(now)
+
+    def _retell(self, now: float) -> list[Action]:
+        """Queue the governing notice to every registered client that was not sent it as it is."""
+        self._governing = governing_notice(self._notices.values())
+        if self._governing is None:
+            return []
+        line = encode({"op": "notice", **self._governing})
+        return [self._send_notice(conn, c, line, now) for conn, c in self._conns.items()
+                if c.client is not None and c.sent != self._governing]
 
     def clients(self) -> list[ClientInfo]:
         """Registered clients, oldest first; e.g. "has everyone answered?" for the drain."""
-        return [ClientInfo(c.client, c.name, c.peer.pid, c.peer.uid, c.peer.gid, c.sent_id, c.acked)
-                for c in self._conns.values() if c.client is not None]
+        out = []
+        for c in self._conns.values():
+            if c.client is not None:
+                nid = c.sent_id
+                out.append(ClientInfo(c.client, c.name, c.peer.pid, c.peer.uid, c.peer.gid, nid,
+                                      None if nid is None else c.acked.get(nid),
+                                      frozenset(k for k in c.acked if k in self._notices)))
+        return out
 
     def stats(self) -> dict[str, int]:
         """Counters (accepted, error.<code>, closed.<reason>, ...) plus the open/registered gauges."""
@@ -227,8 +261,8 @@ class AgentProtocol:
             self._count("pid_mismatch")
         self._count("registrations")
         actions: list[Action] = [Send(conn, encode(reply))]
-        if self._notice is not None:
-            actions.append(self._send_notice(conn, c, now, keep_ack=False))
+        if self._governing is not None:
+            actions.append(self._send_notice(conn, c, encode({"op": "notice", **self._governing}), now))
         return actions
 
     def _on_ack(self, conn: int, c: _Conn, msg: dict[str, Any], now: float) -> list[Action]:
@@ -241,15 +275,16 @@ class AgentProtocol:
                                          "'replay' a boolean")
         if c.client is None:
             raise Reject("not_registered", "register before acknowledging")
-        if c.sent_id is None or c.sent_id != nid:
+        if nid not in c.told:  # told only ever holds active notices this connection was sent
             raise Reject("unknown_notice", f"notice {nid[:64]!r} is not active for this client")
-        reply = {"op": "acked", "id": nid, "status": c.acked or status}
-        if c.acked is not None:
+        recorded = c.acked.get(nid)
+        reply = {"op": "acked", "id": nid, "status": recorded or status}
+        if recorded is not None:
             return [Send(conn, encode(reply))]  # first ack wins; a repeat is answered, not recorded
-        c.acked = status
+        c.acked[nid] = status
         self._count("acks")
         ack = Ack(client=c.client, name=c.name, pid=c.peer.pid, uid=c.peer.uid, gid=c.peer.gid,
-                  notice_id=nid, status=status, latency_s=max(0.0, now - c.sent_at), detail=detail,
+                  notice_id=nid, status=status, latency_s=max(0.0, now - c.told[nid]), detail=detail,
                   replay=replay)
         return [ack, Send(conn, encode(reply))]
 
@@ -258,13 +293,12 @@ class AgentProtocol:
 
     # -- helpers --------------------------------------------------------------
 
-    def _send_notice(self, conn: int, c: _Conn, now: float, keep_ack: bool) -> Send:
-        if not keep_ack:
-            c.acked, c.sent_at = None, now
-        assert self._notice is not None   # only called while a notice is active
-        c.sent_id = self._notice["id"]
+    def _send_notice(self, conn: int, c: _Conn, line: bytes, now: float) -> Send:
+        assert self._governing is not None   # only called while a notice drains
+        c.sent = self._governing
+        c.told.setdefault(c.sent["id"], now)  # latency counts from the first time it was sent
         self._count("notices_sent")
-        return Send(conn, self._notice_line)
+        return Send(conn, line)
 
     def _fail(self, conn: int, code: str, message: str) -> list[Action]:
         """Reply with a closing error, forget the connection and close it."""

@@ -6,6 +6,7 @@ docs/agent-socket.md is the contract these implement; no state lives here.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +86,9 @@ class ClientInfo:
     pid: int
     uid: int
     gid: int
-    notice_id: str | None  # the active notice, once sent to this client
+    notice_id: str | None  # the notice that governs this client, once sent to it
     acked: str | None  # its recorded answer to notice_id, None while it has not answered
+    answered: frozenset[str] = frozenset()  # every still-active notice it has acked
 
 
 Action = Send | Close | Ack
@@ -152,3 +154,20 @@ def validate_notice(notice: dict[str, Any]) -> dict[str, Any]:
         parse_rfc3339(value)  # raises ValueError with the reason
     return {"id": nid, "kind": kind, "deadline": notice["deadline"],
             "checkpoint_by": notice["checkpoint_by"]}
+
+
+def governing_notice(notices: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The one notice a client is told while several drain: the earliest deadline.
+
+    The instance goes away at the earliest deadline, so that is the one a workload must have
+    checkpointed by; a later one adds nothing it could act on. Ties go to the earlier
+    ``checkpoint_by``, then the smaller id, so every turn (and every agent instance) picks the
+    same one and a client is never switched between equals. ``notices`` are validated ones
+    (``validate_notice``); None when there are none."""
+    best: tuple[float, float, str] | None = None
+    chosen = None
+    for n in notices:
+        key = (parse_rfc3339(n["deadline"]), parse_rfc3339(n["checkpoint_by"]), n["id"])
+        if best is None or key < best:
+            best, chosen = key, n
+    return chosen

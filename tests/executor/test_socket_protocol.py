@@ -267,7 +267,7 @@ def test_clients_show_who_has_answered_the_active_notice():
     p.connect(3, PEER, 0.0)  # unregistered: not a client
     p.announce(make_notice("n1"), 0.0)
     p.receive(1, b'{"op":"ack","id":"n1","status":"checkpointed"}\n', 1.0)
-    assert p.clients() == [ClientInfo(1, "a", 100, 1000, 1000, "n1", "checkpointed"),
+    assert p.clients() == [ClientInfo(1, "a", 100, 1000, 1000, "n1", "checkpointed", frozenset({"n1"})),
                            ClientInfo(2, "b", 200, 0, 0, "n1", None)]
     p.withdraw("n1")
     assert [(c.notice_id, c.acked) for c in p.clients()] == [(None, None), (None, None)]
