@@ -73,9 +73,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("slurm", "conf", str, "/etc/slurm/slurm.conf", "SLURM_CONF given to every Slurm command."),
     Setting("slurm", "command_timeout_s", float, 12.0, "Per-command timeout; slurm's own MessageTimeout is 10 s."),
     # [agent_socket] -- checkpoint clients
-    Setting("agent_socket", "path", str, "/run/sco-agent/agent.sock", "Unix socket workloads connect to (hostPath for pods)."),
-    Setting("agent_socket", "mode", str, "0660", "File mode of the socket, octal."),
-    Setting("agent_socket", "group", str, "", "Group owning the socket; empty keeps root's."),
+    Setting("agent_socket", "path", str, "/run/sco-agent-socket/agent.sock", "Unix socket workloads connect to (hostPath for pods); its directory, created 0755, holds nothing else. Keep it out of runtime_dir (0700)."),
+    Setting("agent_socket", "mode", str, "0666", "File mode of the socket, octal. 0666: any local user may connect (docs/agent-socket.md, Who can connect); 0660 with a group to restrict."),
+    Setting("agent_socket", "group", str, "", "Group owning the socket (name or gid); empty keeps root's."),
     Setting("agent_socket", "max_clients", int, 1024, "Connections beyond this are refused with an error line."),
     # [spool]
     Setting("spool", "size_mb", int, 64, "Size of the preallocated spool file, MiB."),
@@ -342,9 +342,11 @@ def _check_semantics(values: dict[str, dict[str, Any]], source: str) -> None:
     if not 1 <= values["metadata"]["imds_token_ttl_s"] <= 21600:
         raise ConfigError(f"{source}: metadata.imds_token_ttl_s must be within 1..21600")
     try:
-        int(values["agent_socket"]["mode"], 8)
+        socket_mode = int(values["agent_socket"]["mode"], 8)
     except ValueError:
         raise ConfigError(f"{source}: agent_socket.mode must be an octal string like '0660'") from None
+    if not 0 <= socket_mode <= 0o777:
+        raise ConfigError(f"{source}: agent_socket.mode must be a file mode within 0000..0777")
     if values["spool"]["size_mb"] < 1:
         raise ConfigError(f"{source}: spool.size_mb must be >= 1")
 

@@ -178,7 +178,7 @@ def _parse_signal(text: str) -> int:
 def _parser() -> _Parser:
     common = _Parser(add_help=False)
     common.add_argument("--socket", help="agent socket path (default $SCO_AGENT_SOCKET or "
-                                         "/run/sco-agent/agent.sock)")
+                                         "/run/sco-agent-socket/agent.sock)")
     common.add_argument("--name", help="client name the agent records")
     parser = _Parser(prog="sco-checkpoint", description="Talk to the sco-agent checkpoint socket.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-DEFAULT_PATH = "/run/sco-agent/agent.sock"
+DEFAULT_PATH = "/run/sco-agent-socket/agent.sock"
 ENV_PATH = "SCO_AGENT_SOCKET"
 MAX_LINE = 64 * 1024
 BACKOFF_FIRST_S = 0.1
@@ -40,7 +40,7 @@ Message = dict[str, Any]   # one decoded line of the protocol (docs/agent-socket
 
 
 def default_path() -> str:
-    """$SCO_AGENT_SOCKET, else /run/sco-agent/agent.sock."""
+    """$SCO_AGENT_SOCKET, else /run/sco-agent-socket/agent.sock."""
     return os.environ.get(ENV_PATH) or DEFAULT_PATH
 
 

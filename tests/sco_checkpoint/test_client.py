@@ -154,4 +154,4 @@ def test_default_path_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("SCO_AGENT_SOCKET", "/tmp/x.sock")
     assert default_path() == "/tmp/x.sock"
     monkeypatch.delenv("SCO_AGENT_SOCKET")
-    assert default_path() == "/run/sco-agent/agent.sock"
+    assert default_path() == "/run/sco-agent-socket/agent.sock"

@@ -201,3 +201,44 @@ def serve(sock_path):
     yield start
     for st in started:
         st.stop()
+
+
+def as_user(user: str, fn: Callable[[], dict], timeout: float = 20.0) -> dict:
+    """Run ``fn`` in a forked child that dropped to ``user`` (its own uid and primary gid, no
+    supplementary groups): what a workload running as that user could do. ``fn`` returns a JSON
+    object; an exception in the child comes back as {"error": <errno name or type>, "detail": ...}.
+    The tests run as root; this is how they see the socket as an unprivileged client does."""
+    import errno
+    import os
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            signal_alarm(timeout)
+            out = fn()
+        except OSError as e:
+            out = {"error": errno.errorcode.get(e.errno or 0, "?"), "detail": str(e)}
+        except BaseException as e:  # noqa: BLE001 -- reported to the parent, which asserts
+            out = {"error": type(e).__name__, "detail": str(e)}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    with os.fdopen(r, "rb") as f:
+        chunks.append(f.read())
+    os.waitpid(pid, 0)
+    return json.loads(b"".join(chunks) or b'{"error": "no_result"}')
+
+
+def signal_alarm(seconds: float) -> None:
+    """A child that hangs dies by SIGALRM instead of hanging the test run."""
+    import signal
+
+    signal.setitimer(signal.ITIMER_REAL, seconds)
