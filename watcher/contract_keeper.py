@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common import state_file
@@ -26,7 +26,14 @@ from common.config import Config
 from common.contract import Contract
 from common.log import Logger
 from watcher.contract_fetch import REFRESH_JITTER_S, RefreshState, apply_fetch, fetch, next_fetch_at
-from watcher.contract_store import load_startup, save_lkg
+from watcher.contract_store import (
+    TrustLoad,
+    TrustSignature,
+    load_startup,
+    reload_trust_dir,
+    save_lkg,
+    trust_signature,
+)
 from watcher.contract_verify import Accepted, NodeScope, Rejected
 from watcher.ed25519_check import SignatureCheck, check_here
 
@@ -41,6 +48,8 @@ class Refresh:
     state: RefreshState
     outcome: Accepted | Rejected | None   # None: nothing new (304)
     lkg_error: str = ""                   # why persisting an accepted bundle failed, if it did
+    trust: TrustLoad | None = None        # the trust directory, re-read because it changed
+    trust_sig: TrustSignature | None = None
 
 
 class ContractKeeper:
@@ -54,6 +63,7 @@ class ContractKeeper:
         self.lkg_path = os.path.join(config.paths.state_dir, LKG_FILE)
         self.status_path = os.path.join(config.paths.runtime_dir, STATUS_FILE)
         self.keys: dict[str, bytes] = {}
+        self.trust_sig: TrustSignature | None = None   # what the trust directory held when last read
         self.state: RefreshState | None = None
         self.counters: dict[str, int] = {}
 
@@ -66,15 +76,10 @@ class ContractKeeper:
         """Choose the start-up contract without any network; report every local file refused."""
         c = self.config.contract
         os.makedirs(self.config.paths.state_dir, mode=0o700, exist_ok=True)
+        self.trust_sig = trust_signature(c.trust_dir)   # before the read: a change during it shows next time
         loaded = load_startup(c.trust_dir, c.launch_path, self.lkg_path, self.scope, self.check)
         self.keys = dict(loaded.trust.keys)
-        for problem in loaded.trust.problems:
-            # A key file refused (unreadable, not Ed25519, world-writable) or no trust directory:
-            # counted like a refused bundle, so it shows in sco_agent_rejections_total.
-            self.counters["trust_problem"] = self.counters.get("trust_problem", 0) + 1
-            self.log.error("contract.trust_problem", detail=problem[:300])
-            self.emit("contract.rejected", data={"source": "trust_dir", "reason": "trust_problem",
-                                                 "detail": problem[:300]})
+        self._trust_problems(loaded.trust.problems)
         for source, outcome in (("launch", loaded.startup.launch), ("lkg", loaded.startup.lkg)):
             if isinstance(outcome, Rejected):
                 self._rejected(outcome, source)
@@ -92,6 +97,15 @@ class ContractKeeper:
         self._write_status()
         return contract
 
+    def _trust_problems(self, problems: tuple[str, ...]) -> None:
+        for problem in problems:
+            # A key file refused (unreadable, not Ed25519, world-writable) or no trust directory:
+            # counted like a refused bundle, so it shows in sco_agent_rejections_total.
+            self.counters["trust_problem"] = self.counters.get("trust_problem", 0) + 1
+            self.log.error("contract.trust_problem", detail=problem[:300])
+            self.emit("contract.rejected", data={"source": "trust_dir", "reason": "trust_problem",
+                                                 "detail": problem[:300]})
+
     def _rejected(self, outcome: Rejected, source: str) -> None:
         self.counters[outcome.reason] = self.counters.get(outcome.reason, 0) + 1
         self.log.warning("contract.rejected", source=source, reason=outcome.reason, detail=outcome.detail[:300])
@@ -105,24 +119,42 @@ class ContractKeeper:
 
     def fetch_once(self) -> Refresh | None:
         """The blocking half of a refresh, for the worker thread: one conditional GET, judged, and
-        an accepted bundle persisted. Changes nothing in the keeper and emits nothing."""
+        an accepted bundle persisted. Changes nothing in the keeper and emits nothing.
+
+        Keys rotate without a restart: the trust directory is looked at before every fetch and
+        re-read when it changed. Then the ETag is dropped, so the server sends the bundle again
+        (no 304) and it is judged under the new keys: a bundle refused as unknown_key is accepted
+        once its key is trusted; a removed key verifies nothing new. The contract in force is not
+        judged again: it was verified when it was accepted, and a node must never lose its budget
+        to a key removal (the LKG on disk is re-verified at the next start)."""
         url, state = self.config.contract.url, self.state
         if not url or state is None:
             return None
-        new_state, outcome = apply_fetch(state, fetch(url, state.etag), self.scope, self.keys, self.check)
+        trust_dir = self.config.contract.trust_dir
+        sig, trust, keys = trust_signature(trust_dir), None, self.keys
+        if sig != self.trust_sig:
+            trust = reload_trust_dir(trust_dir)
+            keys, state = trust.keys, replace(state, etag=None)
+        new_state, outcome = apply_fetch(state, fetch(url, state.etag), self.scope, keys, self.check)
+        lkg_error = ""
         if isinstance(outcome, Accepted) and outcome.changed:
             # Persist before publishing: a crash in between must not leave us on an older one.
             try:
                 save_lkg(self.lkg_path, outcome.envelope)
             except OSError as e:
-                return Refresh(new_state, outcome, str(e) or type(e).__name__)
-        return Refresh(new_state, outcome)
+                lkg_error = str(e) or type(e).__name__
+        return Refresh(new_state, outcome, lkg_error, trust, sig)
 
     def adopt(self, refresh: Refresh | None) -> bool:
         """The loop thread's half: take the new state, report it. True when the contract changed."""
         if refresh is None or self.state is None:
             return False
         old_failing, self.state, outcome = self.state.failing, refresh.state, refresh.outcome
+        if refresh.trust is not None:
+            self.keys, self.trust_sig = dict(refresh.trust.keys), refresh.trust_sig
+            self.log.info("contract.trust_reloaded", keyids=sorted(self.keys))
+            self._trust_problems(refresh.trust.problems)
+            old_failing = None   # judged under other keys: report the outcome afresh
         if isinstance(outcome, Accepted) and outcome.changed:
             if refresh.lkg_error:
                 self.log.error("contract.lkg_write_failed", error=refresh.lkg_error)

@@ -106,6 +106,37 @@ def load_trust_dir(path: str) -> TrustLoad:
     return TrustLoad(keys, tuple(problems))
 
 
+TrustSignature = tuple[tuple[str, int, int, int, int, int], ...]
+
+
+def trust_signature(path: str) -> TrustSignature | None:
+    """What the trust directory holds, cheaply: (name, inode, size, mode, mtime, ctime) of each
+    ``*.pub`` and of the directory itself. Adding, removing, renaming, rewriting or re-moding a
+    key changes it (an editor's rename-over changes the inode, an in-place write the mtime, a
+    chmod the mode and ctime), so the watcher re-reads the keys only when this differs. None when
+    the directory cannot be listed."""
+    try:
+        entries = [(".", os.stat(path))]
+        for name in sorted(os.listdir(path)):
+            if name.endswith(".pub"):
+                try:
+                    entries.append((name, os.stat(os.path.join(path, name))))
+                except OSError:
+                    continue   # removed between the listing and the stat: the next call sees it gone
+    except OSError:
+        return None
+    return tuple((name, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns, st.st_ctime_ns) for name, st in entries)
+
+
+def reload_trust_dir(path: str) -> TrustLoad:
+    """``load_trust_dir`` for a running watcher: a directory that became unusable, even unsafe,
+    means no trusted keys (every new bundle refused, the contract in force kept), never a crash."""
+    try:
+        return load_trust_dir(path)
+    except TrustDirError as exc:
+        return TrustLoad({}, (str(exc),))
+
+
 def parse_public_key(data: bytes) -> bytes:
     """Raw 32-byte Ed25519 public key from raw bytes or a PEM public key; ValueError otherwise."""
     if len(data) == 32:

@@ -105,25 +105,31 @@ class Stack:
         return self.sign_bundle(drain, serial, os.path.join(self.base, "contract-launch.json"), extra)
 
     def sign_bundle(self, drain: dict[str, Any], serial: int, out: str,
-                    extra: dict[str, Any] | None = None) -> str:
-        """A bundle signed with the hall key (made, and trusted, on first use) -- the operator's CLI does it."""
+                    extra: dict[str, Any] | None = None, key: str = "hall", trust_new_key: bool = True) -> str:
+        """A bundle signed with ``key`` (made on first use, and trusted unless ``trust_new_key`` is
+        false; its public half is keys/<key>.pub) -- the operator's CLI does it."""
         from agentctl.contract_cli import main as contract_cli
 
-        trust = os.path.join(self.base, "trust")
         keys = os.path.join(self.base, "keys")
         os.makedirs(keys, mode=0o700, exist_ok=True)
-        if not os.path.exists(os.path.join(keys, "hall.key")):
-            assert contract_cli(["keygen", "--out", os.path.join(keys, "hall")]) == 0
-            with open(os.path.join(keys, "hall.pub"), "rb") as src, open(os.path.join(trust, "hall.pub"), "wb") as dst:
-                dst.write(src.read())
+        if not os.path.exists(os.path.join(keys, f"{key}.key")):
+            assert contract_cli(["keygen", "--out", os.path.join(keys, key)]) == 0
+            if trust_new_key:
+                self.trust_key(key)
         payload = {"serial": serial, "hall": HALL, "node_class": "*", "issued_at": format_rfc3339(time.time()),
                    "drain": drain, **(extra or {})}
         payload_path = os.path.join(keys, f"payload-{serial}.json")
         with open(payload_path, "w") as f:
             f.write(ujson.dumps(payload))
-        assert contract_cli(["sign", "--key", os.path.join(keys, "hall.key"), "--in", payload_path,
-                             "--out", out, "--keyid", "hall"]) == 0
+        assert contract_cli(["sign", "--key", os.path.join(keys, f"{key}.key"), "--in", payload_path,
+                             "--out", out, "--keyid", key]) == 0
         return out
+
+    def trust_key(self, key: str) -> None:
+        """Put keys/<key>.pub into the node's trust directory, as an operator rotating keys does."""
+        with open(os.path.join(self.base, "keys", f"{key}.pub"), "rb") as src, \
+                open(os.path.join(self.base, "trust", f"{key}.pub"), "wb") as dst:
+            dst.write(src.read())
 
     # -- notices ------------------------------------------------------------------------
     def notice_payload(self, *, deadline_in: float = 120.0, kind: str = "reclaim", node: str = NODE,
