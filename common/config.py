@@ -63,7 +63,7 @@ SETTINGS: tuple[Setting, ...] = (
     # [kubernetes]
     Setting("kubernetes", "api_url", str, "", "API server URL, e.g. https://10.0.0.1:6443."),
     Setting("kubernetes", "token_file", str, "/var/lib/sco-agent/kube-token", "Bearer token of the agent's node-bound identity."),
-    Setting("kubernetes", "client_cert_file", str, "", "Client certificate of the node identity instead of a token, e.g. the kubelet's /var/lib/kubelet/pki/kubelet-client-current.pem (key included)."),
+    Setting("kubernetes", "client_cert_file", str, "", "Client certificate of the node identity instead of a token, e.g. the kubelet's /var/lib/kubelet/pki/kubelet-client-current.pem (key included); token_file is then not sent."),
     Setting("kubernetes", "client_key_file", str, "", "Its private key, if not in client_cert_file."),
     Setting("kubernetes", "ca_file", str, "", "CA bundle for the API server; empty uses the system store."),
     Setting("kubernetes", "timeout_s", float, 5.0, "Per-request timeout; past it the API server counts as unreachable."),

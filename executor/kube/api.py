@@ -6,13 +6,19 @@ node calls work on ``self.node`` only, and every eviction or delete first
 checks the pod's ``spec.nodeName`` and carries the pod's UID as a
 precondition, so the server refuses it if the name now means another pod.
 
-Not thread-safe (one kept-alive connection): each thread builds its own
-(``executor.kube.scheduler.api_factory``), sharing one TLS context.
+Not thread-safe (one kept-alive connection per identity): each thread builds its own
+(``executor.kube.scheduler.api_factory``), sharing one TLS context per identity.
+
+One identity per request, and per connection: the node identity (a client certificate, or else
+a bearer token) and the taint credential (a bearer token over a TLS context with no client
+certificate) never travel together. kube-apiserver's authenticator takes the first that
+succeeds, x509 before bearer tokens, so a taint request that carried both would be the node's,
+and NodeRestriction refuses a node its own taints.
 """
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import ujson
@@ -59,39 +65,65 @@ class NotOwnNode(Exception):
     """A call would touch another node or a pod bound elsewhere: refused by the agent itself."""
 
 
+class Identity(NamedTuple):
+    """Who a connection is: a bearer ``token``, or the client certificate in ``tls`` -- never both."""
+
+    token: str
+    tls: TlsFiles
+
+
+def identities(token: str, taint_token: str, tls: TlsFiles) -> tuple[Identity, Identity | None]:
+    """The node identity and the taint identity (None: taints go as the node), from the configured
+    credentials (pure). A client certificate, when configured, is the node identity and the node's
+    bearer token is not sent with it; the taint token goes over TLS with the CA but no certificate."""
+    node = Identity("" if tls.cert_file else token, tls)
+    taint = Identity(taint_token, TlsFiles(ca_file=tls.ca_file)) if taint_token else None
+    return node, taint
+
+
 def pod_node(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 class KubeApi:
-    """REST calls for one node, as a bearer ``token`` or a client certificate (``cert_file``, e.g.
-    the kubelet's: the node identity). ``node_token``: a separate credential for patching the Node
-    only (the service account whose admission policy allows taints; see docs/kubernetes.md)."""
+    """REST calls for one node, as a bearer ``token`` or a client certificate (in ``tls``, e.g.
+    the kubelet's: the node identity). ``node_token``: a separate credential for the Node's taints
+    only (the service account whose admission policy allows them; see docs/kubernetes.md), sent
+    on a connection of its own over ``taint_tls`` -- a context without a client certificate."""
 
-    def __init__(self, api_url: str, node: str, token: str = "", *, node_token: str = "",
-                 timeout_s: float = 5.0, tls: ssl.SSLContext | TlsFiles = SYSTEM_TLS) -> None:
+    def __init__(self, api_url: str, node: str, token: str = "", *, node_token: str = "",  # noqa: PLR0913 -- each identity's parts by name
+                 timeout_s: float = 5.0, tls: ssl.SSLContext | TlsFiles = SYSTEM_TLS,
+                 taint_tls: ssl.SSLContext | TlsFiles | None = None) -> None:
+        if token and isinstance(tls, TlsFiles) and tls.cert_file:
+            raise ValueError("one identity per connection: a client certificate or a bearer token, not both")
         self.node = node
         self.http = HttpClient(api_url, timeout_s=timeout_s, max_body=16 << 20, tls=tls)
         self.headers = {"Accept": "application/json", "User-Agent": "sco-agent"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
-        self.node_headers = dict(self.headers)
+        self.node_headers = dict(self.headers)   # the taint identity's headers
+        self.taint_http = self.http
         if node_token:
             self.node_headers["Authorization"] = f"Bearer {node_token}"
+            self.taint_http = HttpClient(api_url, timeout_s=timeout_s, max_body=1 << 20,
+                                         tls=TlsFiles(ca_file=_ca_of(tls)) if taint_tls is None else taint_tls)
         self._eviction_version: str | None = None
 
     def close(self) -> None:
         self.http.close()
+        if self.taint_http is not self.http:
+            self.taint_http.close()
 
     def _call(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-              ok: tuple[int, ...] = (200, 201), headers: dict[str, str] | None = None) -> dict[str, Any]:
-        headers = dict(headers or self.headers)
+              ok: tuple[int, ...] = (200, 201), as_taint: bool = False) -> dict[str, Any]:
+        """``as_taint``: as the taint identity, over its own connection (one identity per request)."""
+        http, headers = (self.taint_http, dict(self.node_headers)) if as_taint else (self.http, dict(self.headers))
         data = None
         if body is not None:
             data = ujson.dumps(body).encode()
             headers["Content-Type"] = content_type
         try:
-            resp = self.http.request(method, path, headers=headers, body=data)
+            resp = http.request(method, path, headers=headers, body=data)
         except HttpError as e:
             raise Unreachable(f"{method} {path}: {e}") from None
         try:
@@ -118,10 +150,17 @@ class KubeApi:
         return self._call("GET", f"/api/v1/nodes/{quote(self.node)}")
 
     def patch_node(self, name: str, patch: dict[str, Any], content_type: str = SMP) -> dict[str, Any]:
+        """A patch of the Node as the node identity: cordon, annotations, the LB label."""
         if name != self.node:
             raise NotOwnNode(f"refusing to patch node {name!r}: this agent is {self.node!r}")
-        return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type,
-                          headers=self.node_headers)
+        return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type)
+
+    def patch_node_taints(self, name: str, patch: dict[str, Any], content_type: str = SMP) -> dict[str, Any]:
+        """A patch of the Node's taints, as the taint identity on its own connection (as the node
+        when there is none: NodeRestriction then refuses it, 403 "not allowed to modify taints")."""
+        if name != self.node:
+            raise NotOwnNode(f"refusing to patch node {name!r}: this agent is {self.node!r}")
+        return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type, as_taint=True)
 
     # -- pods on the node -------------------------------------------------------
     def list_pods(self) -> list[dict[str, Any]]:
@@ -197,3 +236,9 @@ class KubeApi:
         ns, name, uid = self._own_pod(pod)
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **self._delete_options(uid, grace_s)}
         self._call("DELETE", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}", body)
+
+
+def _ca_of(tls: ssl.SSLContext | TlsFiles) -> str:
+    """The CA file of ``tls`` when it names one (a shared context carries no file name: the factory
+    passes the taint identity's own context instead)."""
+    return tls.ca_file if isinstance(tls, TlsFiles) else ""

@@ -9,7 +9,8 @@ operator's cordon.
 
 A node identity (``system:node:<name>``) may not change its own taints
 (NodeRestriction); ``cordon_patch(..., with_taint=False)`` is the cordon it may
-do. The load-balancer exclusion label is one NodeRestriction lets a node set
+do, and ``taint_patch``/``untaint_patch`` are the taint alone, for the taint
+credential (one identity per request: see executor.kube.api). The load-balancer exclusion label is one NodeRestriction lets a node set
 (``node.kubernetes.io/`` is a kubelet label namespace).
 """
 from __future__ import annotations
@@ -82,22 +83,44 @@ def cordon_patch(node: dict[str, Any], taint_key: str, taint_value: str, notice_
     }
 
 
-def withdraw_patch(node: dict[str, Any], taint_key: str, notice_id: str) -> dict[str, Any] | None:
+def taint_patch(node: dict[str, Any], taint_key: str, taint_value: str) -> dict[str, Any] | None:
+    """Our taint alone (every other taint kept, the resourceVersion pinned); None if it is there."""
+    own = {"key": taint_key, "value": taint_value, "effect": "NoSchedule"}
+    taints = _taints(node)
+    if own in taints:
+        return None
+    return {"metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", "")},
+            "spec": {"taints": [t for t in taints if t.get("key") != taint_key] + [own]}}
+
+
+def untaint_patch(node: dict[str, Any], taint_key: str, notice_id: str) -> dict[str, Any] | None:
+    """Our taint removed for a withdrawn ``notice_id``; None if there is none, or the node now
+    carries another notice (whose taint it is)."""
+    if _annotations(node).get(A_NOTICE) not in (None, notice_id) or not has_taint(node, taint_key):
+        return None
+    return {"metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", "")},
+            "spec": {"taints": [t for t in _taints(node) if t.get("key") != taint_key]}}
+
+
+def withdraw_patch(node: dict[str, Any], taint_key: str, notice_id: str,
+                   with_taint: bool = True) -> dict[str, Any] | None:
     """Undo what the agent did for ``notice_id``: its taint always, the cordon and the
-    load-balancer label only if they were ours."""
+    load-balancer label only if they were ours. ``with_taint=False``: leave the taints
+    (``untaint_patch`` takes ours away, as the taint identity)."""
     annotations = _annotations(node)
     if annotations.get(A_NOTICE) not in (None, notice_id):
         return None   # the node now carries another notice; leave it alone
     ours = annotations.get(A_CORDONED_BY_AGENT) == "true"
     lb_ours = annotations.get(A_LB_EXCLUDED_BY_AGENT) == "true"
-    if not has_taint(node, taint_key) and not ours and not lb_ours and A_NOTICE not in annotations:
+    tainted = with_taint and has_taint(node, taint_key)
+    if not tainted and not ours and not lb_ours and A_NOTICE not in annotations:
         return None
     patch: dict[str, Any] = {
         "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", ""),
                      "annotations": {A_NOTICE: None, A_DEADLINE: None, A_CORDONED_BY_AGENT: None}},
         "spec": {},
     }
-    if has_taint(node, taint_key):
+    if tainted:
         # Only when there is one to take away: a node identity may not send taints at all.
         patch["spec"]["taints"] = [t for t in _taints(node) if t.get("key") != taint_key]
     if ours:

@@ -9,21 +9,24 @@ from collections.abc import Callable
 from typing import Any
 
 from executor.kube.api import Conflict, KubeApi, KubeError
-from executor.kube.node_patch import cordon_patch, exclude_lb_patch, withdraw_patch
+from executor.kube.node_patch import cordon_patch, exclude_lb_patch, taint_patch, untaint_patch, withdraw_patch
 from executor.kube.pod_filters import pod_key, pods_that_count
 
 CONFLICT_RETRIES = 8
 
 
-def _patch_with_retry(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
-    """Read, compute, patch with the read resourceVersion; on 409 read again. True if it patched."""
+def _patch_with_retry(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
+                      taints: bool = False) -> bool:
+    """Read, compute, patch with the read resourceVersion; on 409 read again. True if it patched.
+    ``taints``: the patch goes as the taint identity (``KubeApi.patch_node_taints``)."""
+    patch_node = api.patch_node_taints if taints else api.patch_node
     for _ in range(CONFLICT_RETRIES):
         node = api.get_node()
         patch = make_patch(node)
         if patch is None:
             return False
         try:
-            api.patch_node(api.node, patch)
+            patch_node(api.node, patch)
             return True
         except Conflict:
             continue
@@ -32,8 +35,13 @@ def _patch_with_retry(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[
 
 def cordon(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str,
            with_taint: bool = True) -> bool:
-    return _patch_with_retry(api, lambda node: cordon_patch(node, taint_key, kind, notice_id, deadline,
-                                                            with_taint))
+    """Cordon (and annotate) as the node identity, then taint as the taint identity: one identity
+    per request, each doing what its authority covers."""
+    patched = _patch_with_retry(api, lambda node: cordon_patch(node, taint_key, kind, notice_id, deadline,
+                                                               with_taint=False))
+    if with_taint:
+        patched = _patch_with_retry(api, lambda node: taint_patch(node, taint_key, kind), taints=True) or patched
+    return patched
 
 
 def taint_refused(e: KubeError) -> bool:
@@ -43,15 +51,15 @@ def taint_refused(e: KubeError) -> bool:
 
 def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str) -> dict[str, Any]:
     """Cordon and taint; if the identity may not taint (a node identity without the separate taint
-    credential), cordon without the taint -- the cordon alone already keeps new pods away. Returns
-    what was done, for the drain.cordoned event."""
+    credential), the node stays cordoned without the taint -- the cordon alone already keeps new
+    pods away. Returns what was done, for the drain.cordoned event."""
+    patched = cordon(api, taint_key, kind, notice_id, deadline, with_taint=False)
     try:
-        patched = cordon(api, taint_key, kind, notice_id, deadline)
-        return {"patched": patched, "tainted": True}
+        tainted = _patch_with_retry(api, lambda node: taint_patch(node, taint_key, kind), taints=True)
+        return {"patched": patched or tainted, "tainted": True}
     except KubeError as e:
         if not taint_refused(e):
             raise
-        patched = cordon(api, taint_key, kind, notice_id, deadline, with_taint=False)
         return {"patched": patched, "tainted": False, "taint_refused": e.message[:300]}
 
 
@@ -60,7 +68,11 @@ def exclude_from_lb(api: KubeApi) -> bool:
 
 
 def uncordon(api: KubeApi, taint_key: str, notice_id: str) -> bool:
-    return _patch_with_retry(api, lambda node: withdraw_patch(node, taint_key, notice_id))
+    """Our taint off (as the taint identity, while the notice annotation still says it is ours),
+    then the cordon, annotations and label (as the node)."""
+    untainted = _patch_with_retry(api, lambda node: untaint_patch(node, taint_key, notice_id), taints=True)
+    return _patch_with_retry(api, lambda node: withdraw_patch(node, taint_key, notice_id, with_taint=False)) \
+        or untainted
 
 
 def remaining_pods(api: KubeApi) -> list[str]:

@@ -19,7 +19,7 @@ from common.http import TlsFiles
 from common.timefmt import format_rfc3339
 from common.wire import EVICT_OVER, FINAL, DrainState, Step
 from executor.kube import node_steps
-from executor.kube.api import KubeApi, KubeError, NotOwnNode, Unreachable
+from executor.kube.api import KubeApi, KubeError, NotOwnNode, Unreachable, identities
 from executor.kube.drain_plan import down_after
 from executor.kube.eviction_book import Inputs
 from executor.kube.runner import PROBE_INTERVAL_S, DrainRunner, DrainSpec
@@ -48,14 +48,19 @@ def api_factory(config: Config) -> Callable[[], KubeApi] | None:
     if not k.api_url:
         return None
     files = TlsFiles(k.ca_file, k.client_cert_file, k.client_key_file)
-    shared: list[ssl.SSLContext] = []   # one TLS context for every thread (~1 MiB each)
+    # One TLS context per identity for every thread (~1 MiB each): the node's (its client
+    # certificate, if any) and the taint token's (the CA only: never a certificate with a token).
+    shared: dict[str, ssl.SSLContext] = {}
 
     def make() -> KubeApi:
-        api = KubeApi(k.api_url, config.node.name, _read_token(k.token_file),
-                      node_token=_read_token(k.taint_token_file), timeout_s=k.timeout_s,
-                      tls=shared[0] if shared else files)
-        if not shared and api.http.tls is not None:   # None: plain http, nothing to share
-            shared.append(api.http.tls)
+        node, taint = identities(_read_token(k.token_file), _read_token(k.taint_token_file), files)
+        api = KubeApi(k.api_url, config.node.name, node.token, timeout_s=k.timeout_s,
+                      tls=shared.get("node", node.tls), node_token=taint.token if taint else "",
+                      taint_tls=shared.get("taint", taint.tls) if taint else None)
+        if "node" not in shared and api.http.tls is not None:   # None: plain http, nothing to share
+            shared["node"] = api.http.tls
+        if taint is not None and "taint" not in shared and api.taint_http.tls is not None:
+            shared["taint"] = api.taint_http.tls
         return api
     return make
 

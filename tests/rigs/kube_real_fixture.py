@@ -56,3 +56,35 @@ def real_apiserver(base_dir: Path, node_names: tuple[str, ...] = DEFAULT_NODES) 
     """A started RealApiServer under `base_dir`, stopped (its own PIDs only) on exit."""
     with RealApiServer(base_dir, ensure_binary(), node_names=node_names) as server:
         yield server
+
+
+@contextmanager
+def agent_cluster(base_dir: Path, node_names: tuple[str, ...]) -> Iterator[RealApiServer]:
+    """A started server with ``node_names`` as Nodes, kube-system, and deploy/kubernetes/rbac.yaml
+    applied with the real kubectl: the cluster the agent's own credentials expect."""
+    from tests.emulators.kube_fixture import kubectl
+    from tests.rigs.kube_real_objects import create_node, ensure_namespace
+
+    repo = Path(__file__).resolve().parents[2]
+    with real_apiserver(base_dir, node_names=node_names) as server:
+        admin = server.client()
+        for node in node_names:
+            create_node(admin, node)
+        ensure_namespace(admin, "kube-system")
+        admin.close()
+        assert server.admin is not None
+        applied = kubectl(server.admin.kubeconfig, base_dir / "kcache", "apply", "-f",
+                          str(repo / "deploy/kubernetes/rbac.yaml"), timeout=120)
+        assert applied.returncode == 0, applied.stderr
+        yield server
+
+
+def sa_token(server: RealApiServer, namespace: str = "sco-system", name: str = "sco-agent") -> str:
+    """A TokenRequest token of a service account (1.20 cannot bind it to a Node)."""
+    admin = server.client()
+    try:
+        doc = admin.must("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    finally:
+        admin.close()
+    return str(doc["status"]["token"])

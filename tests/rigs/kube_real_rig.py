@@ -3,7 +3,8 @@
 The binary comes from tests/rigs/kube_real/build.sh (built once from Debian's source package and
 cached outside the repo). This module owns only the processes and their credentials: certificates,
 a service-account key, a static token file (an admin in system:masters and one identity per node,
-`system:node:<name>` in `system:nodes`), and kubeconfigs for kubectl. The authorizer is
+`system:node:<name>` in `system:nodes`), x509 client certificates from the same CA
+(`--client-ca-file`; `node_cert`), an audit log of Node patches (`audit`), and kubeconfigs for kubectl. The authorizer is
 Node,RBAC with the NodeRestriction admission plugin, as the agent's production setup would be, so
 a node identity can cordon and evict on its own node only.
 
@@ -108,6 +109,39 @@ def _make_pki(pki: Path) -> None:
     _write_pem(pki / "apiserver.crt", srv_cert.public_bytes(serialization.Encoding.PEM))
     _write_pem(pki / "apiserver.key", _key_pem(srv_key))
     _write_pem(pki / "sa.key", _key_pem(sa_key))
+    _write_pem(pki / "ca.key", _key_pem(ca_key))   # kept to issue client certificates (issue_client_cert)
+
+
+def issue_client_cert(pki: Path, name: str, common_name: str, organizations: tuple[str, ...]) -> tuple[Path, Path]:
+    """A client certificate from the rig's CA: kube-apiserver's x509 authenticator (--client-ca-file)
+    takes the subject's CN as the user name and each O as a group -- for a node identity
+    CN=system:node:<name>, O=system:nodes, as the kubelet's own certificate. Returns (cert, key)."""
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+                        + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return (_write_pem(pki / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
+            _write_pem(pki / f"{name}.key", _key_pem(key)))
+
+
+# Node PATCHes with their request bodies, nothing else: enough to see which identity sent what.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Request", "verbs": ["patch"], "resources": [{"group": "", "resources": ["nodes"]}]},
+              {"level": "None"}],
+}
 
 
 def _kubeconfig(server: str, ca: Path, user: str, token: str) -> str:
@@ -188,6 +222,17 @@ class RealApiServer:
     def node_client(self, node: str) -> KubeClient:
         return KubeClient(self.url, self.nodes[node].token, self.ca_file)
 
+    def node_cert(self, node: str) -> tuple[Path, Path]:
+        """(cert, key) of an x509 node identity for ``node``, issued by the rig's CA."""
+        return issue_client_cert(self.base_dir / "pki", f"node-{node}", f"system:node:{node}", ("system:nodes",))
+
+    def audit(self) -> list[dict]:
+        """The audit log's events so far (AUDIT_POLICY: every PATCH of a Node, with its body)."""
+        path = self.base_dir / "audit.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
     # -- internals ---------------------------------------------------------------------------
     def _write_identities(self) -> None:
         rows = []
@@ -239,6 +284,8 @@ class RealApiServer:
 
     def _start_apiserver(self, port: int, etcd_url: str) -> None:
         pki = self.base_dir / "pki"
+        policy = self.base_dir / "audit-policy.json"
+        policy.write_text(json.dumps(AUDIT_POLICY))
         self._spawn("kube-apiserver", [
             str(self.apiserver_binary),
             f"--etcd-servers={etcd_url}",
@@ -247,6 +294,9 @@ class RealApiServer:
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--token-auth-file={pki / 'tokens.csv'}",
+            f"--client-ca-file={pki / 'ca.crt'}",   # x509 client certificates: issue_client_cert
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.base_dir / 'audit.log'}",
+            "--audit-log-mode=blocking",   # an event is on disk before the response: no waiting in tests
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
             f"--service-account-key-file={pki / 'sa.key'}",

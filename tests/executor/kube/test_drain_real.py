@@ -17,13 +17,11 @@ import pytest
 from common.http import TlsFiles
 from executor.kube.api import KubeApi, KubeError, NotOwnNode
 from executor.kube.node_patch import EXCLUDE_LB_LABEL
-from tests.emulators.kube_fixture import kubectl
 from tests.executor.kube.harness import TAINT_KEY, Drain, make_spec
-from tests.rigs.kube_real_fixture import real_apiserver
+from tests.rigs.kube_real_fixture import agent_cluster, sa_token
 from tests.rigs.kube_real_objects import (
     FakeControlPlane,
     KubeClient,
-    create_node,
     create_pdb,
     create_running_pod,
     ensure_namespace,
@@ -37,27 +35,14 @@ NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}   # 
 
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
-    base = tmp_path_factory.mktemp("kube")
-    with real_apiserver(base, node_names=NODES) as server:
-        admin = server.client()
-        for node in NODES:
-            create_node(admin, node)
-        ensure_namespace(admin, "kube-system")
-        admin.close()
-        applied = kubectl(server.admin.kubeconfig, base / "kcache", "apply", "-f",
-                          str(REPO / "deploy/kubernetes/rbac.yaml"), timeout=120)
-        assert applied.returncode == 0, applied.stderr
+    with agent_cluster(tmp_path_factory.mktemp("kube"), NODES) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def taint_token(kube: RealApiServer) -> str:
     """A token of the sco-agent service account (TokenRequest; 1.20 cannot bind it to a Node)."""
-    admin = kube.client()
-    doc = admin.must("POST", "/api/v1/namespaces/sco-system/serviceaccounts/sco-agent/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
-    admin.close()
-    return doc["status"]["token"]
+    return sa_token(kube)
 
 
 @pytest.fixture

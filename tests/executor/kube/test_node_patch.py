@@ -66,3 +66,29 @@ def test_withdraw_of_another_notice_does_nothing():
     start = node()
     n = apply(start, cordon_patch(start, "k", "reclaim", "n2", "D"))
     assert withdraw_patch(n, "k", "n1") is None
+
+
+def test_the_taint_alone_is_a_patch_of_taints_only_for_the_taint_identity():
+    from executor.kube.node_patch import taint_patch
+
+    own = {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
+    stale = {"key": "sco.io/notice", "value": "maintenance", "effect": "NoSchedule"}
+    p = taint_patch(node(taints=[FOREIGN, stale]), "sco.io/notice", "reclaim")
+    assert p == {"metadata": {"resourceVersion": "42"}, "spec": {"taints": [FOREIGN, own]}}
+    assert taint_patch(node(taints=[FOREIGN, own]), "sco.io/notice", "reclaim") is None
+
+
+def test_the_withdrawal_splits_into_an_untaint_and_the_rest():
+    from executor.kube.node_patch import untaint_patch
+
+    own = {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
+    n = node(unschedulable=True, taints=[FOREIGN, own], annotations={A_NOTICE: "n1", A_CORDONED_BY_AGENT: "true"})
+    untaint = untaint_patch(n, "sco.io/notice", "n1")
+    assert untaint == {"metadata": {"resourceVersion": "42"}, "spec": {"taints": [FOREIGN]}}
+    rest = withdraw_patch(apply(n, untaint), "sco.io/notice", "n1", with_taint=False)
+    assert rest is not None and "taints" not in rest["spec"] and rest["spec"]["unschedulable"] is False
+    assert withdraw_patch(n, "sco.io/notice", "n1", with_taint=False)["spec"] == {"unschedulable": False}
+    # Another notice holds the node now: its taint is not ours to take.
+    other = node(taints=[own], annotations={A_NOTICE: "n2"})
+    assert untaint_patch(other, "sco.io/notice", "n1") is None
+    assert untaint_patch(node(taints=[FOREIGN]), "sco.io/notice", "n1") is None

@@ -7,7 +7,7 @@ import pytest
 
 from executor.kube.api import KubeApi, NotOwnNode
 from executor.kube.eviction_book import Inputs
-from executor.kube.node_patch import EXCLUDE_LB_LABEL
+from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_DEADLINE, A_NOTICE, EXCLUDE_LB_LABEL
 from executor.scheduler import InPhase, Log, Remaining, Remember
 from tests.emulators.kube import objects
 from tests.emulators.kube_fixture import kube_emulator
@@ -160,7 +160,14 @@ def test_load_balancer_label_first_then_cordon(kube, drains):
 
 
 def test_refused_taint_leaves_a_cordon_without_it(kube, drains):
-    """A node identity may not taint its own node (NodeRestriction): cordon anyway."""
+    """A node identity may not taint its own node (NodeRestriction): cordon anyway. The cordon and
+    the taint are separate requests (one identity each); the node is cordoned for this notice
+    already, so the one PATCH the fault refuses is the taint's."""
+    code, _ = kube.request("PATCH", f"/api/v1/nodes/{NODE}", {
+        "metadata": {"annotations": {A_NOTICE: "n-test", A_DEADLINE: "2030-01-01T00:00:00Z",
+                                     A_CORDONED_BY_AGENT: "true"}},
+        "spec": {"unschedulable": True}}, "application/merge-patch+json")
+    assert code == 200
     kube.fault("status", pattern=f"/api/v1/nodes/{NODE}$", method="PATCH", status=403, count=1,
                body={"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
                      "message": f'nodes "{NODE}" is forbidden: node "{NODE}" is not allowed to modify taints'})

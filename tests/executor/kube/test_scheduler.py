@@ -35,6 +35,10 @@ class FakeApi:
         self.doc["spec"].update(patch["spec"])
         return self.get_node()
 
+    def patch_node_taints(self, name: str, patch: dict[str, Any], content_type: str = "") -> dict[str, Any]:
+        assert set(patch["spec"]) == {"taints"}   # the taint identity sends taints and nothing else
+        return self.patch_node(name, patch, content_type)
+
     def close(self) -> None:
         pass
 
@@ -54,7 +58,7 @@ def test_a_withdrawal_that_succeeded_is_not_run_again_before_the_loop_reads_its_
     finally:
         driver.close()
     assert steps == ["uncordoned"]
-    assert len(api.patches) == 1 and api.doc["spec"] == {"unschedulable": False, "taints": []}
+    assert len(api.patches) == 2 and api.doc["spec"] == {"unschedulable": False, "taints": []}   # untaint, uncordon
 
 
 def test_a_withdrawal_that_failed_is_started_again():
