@@ -24,7 +24,8 @@ EVENT_TYPES = frozenset({
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
-    "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected",
+    "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",
+    "outbox.journal_error",
 })
 
 
