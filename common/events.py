@@ -109,6 +109,15 @@ class Outbox:
             self.dropped += 1
         return ev
 
+    def restore(self, event: dict[str, Any], now: float) -> None:
+        """Take back an event a previous run of this process emitted and the spool never acked
+        (common.journal): the same event, id, source and seq, pending as if just sent."""
+        self.pending[event["event_id"]] = (now, event)
+        self.pending.move_to_end(event["event_id"])
+        while len(self.pending) > self.limit:
+            self.pending.popitem(last=False)
+            self.dropped += 1
+
     def acked(self, event_ids: list[str]) -> int:
         n = 0
         for eid in event_ids:

@@ -126,7 +126,8 @@ class Shipper(threading.Thread):
         self.store.changed.wait(IDLE_WAIT_S)
 
     def _deliver(self, batch: list[tuple[int, bytes]]) -> bool:
-        """True once every record is delivered or set aside; False if stopping first."""
+        """True once every record is delivered or set aside; False if stopping first or the ring
+        dropped records of the batch meanwhile (the loop reads it again)."""
         answer = self._until_answered(batch)
         if answer is None:
             return False
@@ -162,7 +163,16 @@ class Shipper(threading.Thread):
                 self._recovered()
                 return verdict, status, message
             self._back_off(retry_after)
+            if self._stale(records):
+                return None
         return None
+
+    def _stale(self, records: list[tuple[int, bytes]]) -> bool:
+        """Did the ring drop the head of these records while we waited (a full file, Vector away)?
+
+        Then they are counted in spool.dropped and must not ship as well: the batch is read again.
+        """
+        return self.store.head_seq() > records[0][0]
 
     def _post(self, body: bytes) -> tuple[int | None, str, float | None]:
         client = self._connect()
