@@ -294,16 +294,19 @@ def test_fixture_serves_on_root_path(vector_emu: VectorProcess) -> None:
 # -- the operator's config --------------------------------------------------------------
 
 def test_deploy_config_matches_what_the_emulator_assumes() -> None:
-    """vector.toml: http_server (json over newline framing) -> kafka with acknowledgements."""
+    """vector.toml: http_server (json over newline framing) -> dedupe by event_id -> kafka with acknowledgements."""
     config = tomllib.loads((REPO_ROOT / "deploy/vector/vector.toml").read_text())
     [(source_id, source)] = config["sources"].items()
     [sink] = config["sinks"].values()
+    [(dedupe_id, dedupe)] = config["transforms"].items()
+    assert dedupe["type"] == "dedupe" and dedupe["inputs"] == [source_id]
+    assert dedupe["fields"] == {"match": ["event_id"]} and dedupe["cache"]["num_events"] >= 5000
     assert source["type"] == "http_server"
     assert source["decoding"] == {"codec": "json"}
     assert source["framing"]["method"] == "newline_delimited"
     assert source["strict_path"] is True and source["method"] == "POST"
     assert "encoding" not in source  # Vector refuses it next to framing/decoding
-    assert sink["type"] == "kafka" and sink["inputs"] == [source_id]
+    assert sink["type"] == "kafka" and sink["inputs"] == [dedupe_id]
     assert sink["acknowledgements"] == {"enabled": True}
     assert sink["encoding"]["codec"] == "json"
     assert sink["bootstrap_servers"].startswith("${SCO_KAFKA_BOOTSTRAP")
