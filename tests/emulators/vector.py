@@ -1,6 +1,7 @@
 """Emulator of Vector's ``http_server`` source with end-to-end acknowledgements on.
 
-It answers the way deploy/vector/vector.toml makes real Vector answer. Every
+It answers the way deploy/vector/vector.toml makes real Vector answer (the body decoding is in
+tests/emulators/vector_codec.py). Every
 answer below names the Vector source it models (vectordotdev/vector):
 
 - Routing, src/sources/util/http/prelude.rs: ``POST <path>`` exactly
@@ -48,7 +49,6 @@ import argparse
 import json
 import sys
 import threading
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,26 +60,18 @@ from tests.emulators._control import field as get
 from tests.emulators._http import Request, Response, json_response
 from tests.emulators._process import serve_main
 from tests.emulators._server import EmulatorServer, InProcessEmulator
+from tests.emulators.vector_codec import (
+    DecodeError,
+    DecompressError,
+    UnsupportedEncoding,
+    decode_batch,
+    decode_content,
+)
 
 FRAMINGS = ("newline_delimited", "bytes")
 SINK_MODES = ("ok", "reject", "error")
-MAX_DECODED = 64 * 1024 * 1024  # a compressed body may not expand past this
-MAX_LENGTH = 65536              # deploy/vector: framing.newline_delimited.max_length
-RECURSION_LIMIT = 128           # serde_json's default
 SINK_REJECTED = "Contents failed to deliver to sink"     # BatchStatus::Rejected -> 400
 SINK_ERRORED = "Error delivering contents to sink"       # BatchStatus::Errored -> 500
-
-
-class DecodeError(ValueError):
-    """The body is not a batch of JSON objects (400 "Failed decoding body: ...")."""
-
-
-class DecompressError(ValueError):
-    """The body does not decompress with its Content-Encoding (422)."""
-
-
-class UnsupportedEncoding(ValueError):
-    """A Content-Encoding Vector would not decode (415)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,75 +99,6 @@ class VectorState:
     rejected_batches: int = 0      # refused for their content (4xx)
     sink_failed_batches: int = 0   # answered 400/500 by handle_batch_status
     discarded_frames: int = 0      # lines over max_length, skipped by the framer
-
-
-def decode_content(body: bytes, encoding: str | None) -> bytes:
-    """Undo the Content-Encoding list right to left, as encoding.rs ``decode`` does."""
-    for enc in reversed([e.strip() for e in (encoding or "").split(",")]):
-        if enc in ("", "identity"):
-            continue
-        if enc not in ("gzip", "deflate"):
-            raise UnsupportedEncoding(f"Unsupported encoding {enc}")
-        try:
-            body = _bounded(zlib.decompressobj(16 + zlib.MAX_WBITS if enc == "gzip" else zlib.MAX_WBITS), body)
-        except (zlib.error, DecompressError):
-            raise DecompressError(f"Failed decompressing payload with {enc} decoder.") from None
-    return body
-
-
-def _bounded(decompressor: Any, body: bytes) -> bytes:
-    out: bytes = decompressor.decompress(body, MAX_DECODED)
-    if decompressor.unconsumed_tail or not decompressor.eof:
-        raise DecompressError("truncated or too large")
-    return out
-
-
-def depth(value: Any) -> int:
-    """Nesting depth of a JSON value (serde_json counts arrays and objects)."""
-    if isinstance(value, dict):
-        return 1 + max((depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((depth(v) for v in value), default=0)
-    return 0
-
-
-def split_frames(body: bytes, framing: str, state: VectorState | None = None,
-                 max_length: int = MAX_LENGTH) -> list[bytes]:
-    """The frames of a body; newline framing skips over-long lines (counted), as Vector's framer does."""
-    if framing != "newline_delimited":
-        return [body] if body.strip() else []
-    frames = []
-    for line in body.split(b"\n"):
-        if len(line) > max_length:
-            if state is not None:
-                state.discarded_frames += 1
-            continue
-        if line.strip():
-            frames.append(line)
-    return frames
-
-
-def decode_batch(body: bytes, framing: str = "newline_delimited", poison: Poison | None = None,
-                 state: VectorState | None = None) -> list[dict[str, Any]]:
-    """The events of one request body, the way Vector's json codec frames them; DecodeError else."""
-    events: list[dict[str, Any]] = []
-    for number, frame in enumerate(split_frames(body, framing, state), 1):
-        try:
-            value = json.loads(frame)
-        except RecursionError:
-            raise DecodeError(f"Error parsing JSON: recursion limit exceeded (frame {number})") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise DecodeError(f"Error parsing JSON: {exc} (frame {number})") from None
-        if depth(value) > RECURSION_LIMIT:
-            raise DecodeError(f"Error parsing JSON: recursion limit exceeded (frame {number})")
-        for item in value if isinstance(value, list) else [value]:
-            if not isinstance(item, dict):
-                raise DecodeError(f"Error parsing JSON: Attempted to convert non-Object JSON "
-                                  f"into an Event (frame {number})")
-            if poison is not None and poison.matches(item):
-                raise DecodeError(f"Error parsing JSON: the poison record (frame {number})")
-            events.append(item)
-    return events
 
 
 def deliver(state: VectorState, events: list[dict[str, Any]]) -> None:
@@ -237,7 +160,8 @@ class VectorApp(BaseApp):
         try:
             body = decode_content(request.body, request.header("content-encoding"))
             with self._lock:
-                events = decode_batch(body, self.framing, self.poison, self.state)
+                events = decode_batch(body, self.framing, self.poison.matches if self.poison else None,
+                                      self._discarded)
         except UnsupportedEncoding as exc:
             return _error(415, str(exc))
         except DecompressError as exc:
@@ -261,6 +185,9 @@ class VectorApp(BaseApp):
                 return _error(500, SINK_ERRORED)
             deliver(self.state, events)
         return Response(200, b"", server="vector")
+
+    def _discarded(self) -> None:
+        self.state.discarded_frames += 1
 
     def _refused(self, status: int, message: str) -> Response:
         with self._lock:
