@@ -4,6 +4,9 @@
   sco-agentctl [--config X] spool tail [-n N] [-f]      the newest N events (default 10); -f: then follow
   sco-agentctl [--config X] spool dump [--from-head]    every event still in the file, oldest first;
                                                         --from-head: only those not yet shipped
+  sco-agentctl [--config X] spool poison [--raw]        records Vector refused alone, again and again, and
+                                                        the shipper set aside (spool.poison), oldest first;
+                                                        --raw: only the records themselves
 
 Events print one JSON object per line, exactly as stored and shipped, so the
 output pipes into jq. The file is opened read-only (spool.reader) and never
@@ -25,6 +28,7 @@ import ujson
 
 from common.config import ConfigError, load
 from common.timefmt import format_rfc3339
+from spool import poison
 from spool.reader import follow, iter_records, read_stats
 from spool.ring import SPOOL_FILE
 from spool.scan import Record
@@ -45,6 +49,8 @@ def parser() -> argparse.ArgumentParser:
     tail.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, help=argparse.SUPPRESS)
     dump = sub.add_parser("dump", help="every event still in the file")
     dump.add_argument("--from-head", action="store_true", help="only the events not yet shipped")
+    bad = sub.add_parser("poison", help="records set aside because Vector could not decode them")
+    bad.add_argument("--raw", action="store_true", help="print only each record, as it was spooled")
     return p
 
 
@@ -55,10 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as e:
         print(f"sco-agentctl spool: {e}", file=sys.stderr)
         return 2
+    out = sys.stdout.buffer
+    if args.command == "poison":
+        # The poison file sits next to the spool file; none at all means nothing was ever set aside.
+        write_poison(out, os.path.join(os.path.dirname(path), poison.POISON_FILE), args.raw)
+        out.flush()
+        return 0
     if not os.path.exists(path):
         print(f"sco-agentctl spool: no spool file at {path}", file=sys.stderr)
         return 1
-    out = sys.stdout.buffer
     try:
         if args.command == "stat":
             out.write(ujson.dumps(stat(path), indent=2).encode() + b"\n")
@@ -84,6 +95,10 @@ def stat(path: str) -> dict[str, Any]:
     oldest = next(iter_records(path, from_head=True), None)
     stats["oldest_unshipped_at"] = format_rfc3339(oldest.ts_ms / 1000) if oldest else None
     return stats
+
+
+def write_poison(out: BinaryIO, path: str, raw: bool) -> None:
+    out.writelines(str(item.get("record", "")).encode() + b"\n" if raw else poison.encode(item) for item in poison.read(path))
 
 
 def write(out: BinaryIO, records: Iterable[Record]) -> None:

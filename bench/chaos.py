@@ -13,8 +13,11 @@ legitimate is documented in tests/chaos/plan.py. The Kubernetes deadline is 24 s
 (cutoff 20 s), Slurm's 30 s (cutoff 26 s).
 
 Prints one line per drain, then the table (drains run, faults injected by kind,
-verdicts by kind, events lost, invariant violations) and one JSON line. Exits 1
-if any invariant was violated or any event lost. Needs root (the tmpfs) and the
+verdicts by kind, events counted from emission -- emitted, in Vector, set aside,
+dropped, lost -- invariant violations) and one JSON line whose headline is
+``emitted_lost``: events a process logged as emitted that are neither in Vector
+nor accounted for by spool.poison or spool.dropped. Exits 1 if any invariant
+was violated or any event lost. Needs root (the tmpfs) and the
 agent's console scripts in this interpreter's bin directory (pip install '.[test]').
 """
 from __future__ import annotations
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(tallies))
     print(f"total wall time {time.monotonic() - started:.0f} s")
     print(json_line(tallies))
-    bad = any(t.violations or t.events_lost for t in tallies)
+    bad = any(t.violations or t.events_lost or t.emitted_lost for t in tallies)
     if bad or args.keep:
         print(f"work directory kept: {base}", file=sys.stderr)
     else:

@@ -24,7 +24,8 @@ EVENT_TYPES = frozenset({
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
-    "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected",
+    "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",
+    "outbox.journal_error",
 })
 
 
@@ -107,6 +108,15 @@ class Outbox:
             self.pending.popitem(last=False)
             self.dropped += 1
         return ev
+
+    def restore(self, event: dict[str, Any], now: float) -> None:
+        """Take back an event a previous run of this process emitted and the spool never acked
+        (common.journal): the same event, id, source and seq, pending as if just sent."""
+        self.pending[event["event_id"]] = (now, event)
+        self.pending.move_to_end(event["event_id"])
+        while len(self.pending) > self.limit:
+            self.pending.popitem(last=False)
+            self.dropped += 1
 
     def acked(self, event_ids: list[str]) -> int:
         n = 0

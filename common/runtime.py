@@ -16,6 +16,7 @@ import zmq
 from common import ipc
 from common.config import ENV_PATH, Config, ConfigError, load
 from common.events import Outbox
+from common.journal import Journal, journal_path
 from common.log import Logger
 from common.recorder import Recorder
 
@@ -135,7 +136,13 @@ class Rejections:
 
 
 class SpoolLink:
-    """A process's events on their way to the spool: send, collect acks, resend the rest."""
+    """A process's events on their way to the spool: journal, send, collect acks, resend the rest.
+
+    ``emit`` returns only once the event is in the process's journal on disk
+    (common.journal, under the state dir), and logs its id (``event.emitted``),
+    so a SIGKILL at any moment after it loses nothing: the next start replays
+    whatever the spool had not acknowledged.
+    """
 
     def __init__(self, ctx: ipc.Context, config: Config, process: str, log: Logger) -> None:
         self.log = log
@@ -143,12 +150,48 @@ class SpoolLink:
         self.sock = ipc.connect(ctx, zmq.DEALER, config.paths.runtime_dir, ipc.SPOOL_INTAKE,
                                 SNDHWM=10000)
         self.rejections = Rejections(log, emit=self.emit)
+        self.journal = Journal(journal_path(config.paths.state_dir, process))
+        self.unjournaled = 0      # events the disk refused to journal: in memory only
+        self._reporting = False
+        now = time.time()
+        for ev in self.journal.replayed:
+            self.outbox.restore(ev, now)
+            ipc.send(self.sock, ipc.T_EVENT, ev)
+        if self.journal.replayed:
+            log.info("outbox.replayed", events=len(self.journal.replayed), path=self.journal.path)
+        self.journal.replayed = []
+        self._report_journal()
 
     def emit(self, type: str, notice_id: str = "", data: dict[str, Any] | None = None,
              now: float | None = None) -> dict[str, Any]:
         ev = self.outbox.add(type, notice_id, data, now)
+        if not self.journal.append(ev):
+            self.unjournaled += 1
+        self.journal.bound(self.outbox.pending)
+        self.log_emitted(ev)
         ipc.send(self.sock, ipc.T_EVENT, ev)
+        if self.journal.errors:
+            self._report_journal()
         return ev
+
+    def log_emitted(self, ev: dict[str, Any]) -> None:
+        """The id on stderr, once the event is durable: what a process emitted can be counted from its
+        log (bench.chaos does). A process that persists events with its own state (the verifier) calls
+        this itself after saving."""
+        self.log.info("event.emitted", event_id=ev["event_id"], type=ev["type"], seq=ev["seq"])
+
+    def _report_journal(self) -> None:
+        """Say what went wrong with the journal: a log line and an ``outbox.journal_error`` event each."""
+        if self._reporting:
+            return
+        self._reporting = True
+        try:
+            while self.journal.errors:
+                data = self.journal.errors.pop(0)
+                self.log.error("outbox.journal_error", **data)
+                self.emit("outbox.journal_error", data=data)
+        finally:
+            self._reporting = False
 
     def on_readable(self) -> None:
         for frames in ipc.pending(self.sock):
@@ -161,6 +204,7 @@ class SpoolLink:
                 self.rejections.add(ipc.SPOOL_INTAKE, e)
                 continue
             self.outbox.acked([i for i in ids if isinstance(i, str)])
+        self.journal.settle(self.outbox.pending)
 
     @property
     def bad_acks(self) -> int:
@@ -171,6 +215,10 @@ class SpoolLink:
         for ev in self.outbox.due(time.time() if now is None else now):
             if not ipc.send(self.sock, ipc.T_EVENT, ev):
                 break
+
+    def close(self) -> None:
+        """Let go of the journal (what is still pending in it is replayed by the next start)."""
+        self.journal.close()
 
     def flush(self, timeout_s: float) -> bool:
         """On shutdown, wait a little for outstanding acks; True if none are left."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from common.log import Logger
 from common.loop import Loop
 from common.runtime import Rejections, StopFlag, start
 from spool.intake import MAX_RECORD, OWN, Intake, Rejected, encode, parse_event
+from spool.reader import iter_records
 from spool.record import record_size
 from spool.ring import SPOOL_FILE, SpoolIOError
 from spool.shipping import choose_sink
@@ -164,6 +166,7 @@ class Spool:
             return False
         self.log.info("spool.opened", **{k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
         self.intake.refit(min(MAX_RECORD, self.store.max_payload))
+        self.intake.remember(newest_ids(self.store.path, self.intake.recent_limit))
         if self.shipper is not None:
             self.store.changed.set()
         return True
@@ -279,6 +282,26 @@ class Spool:
                       unrecorded_drops=self.drops["dropped"] if self.drops else 0,
                       resends=self.intake.resends, shipper_stopped=stopped,
                       shipped=ship.shipped if ship else 0, set_aside=ship.set_aside if ship else 0)
+
+
+def newest_ids(path: str, n: int) -> list[str]:
+    """The event ids of the newest ``n`` records in the spool file, oldest first (read-only, at open).
+
+    The payloads are the spool's own encoding, whose first key is event_id: the id is cut out of
+    the first bytes rather than parsing every payload.
+    """
+    ids: deque[str] = deque(maxlen=n)
+    prefix = b'{"event_id":"'
+    try:
+        for rec in iter_records(path, from_head=False):
+            payload = rec.payload
+            if payload.startswith(prefix):
+                end = payload.find(b'"', len(prefix))
+                if end > 0:
+                    ids.append(payload[len(prefix):end].decode(errors="replace"))
+    except OSError:
+        return []   # an unreadable file was reported by the open itself; dedupe starts empty
+    return list(ids)
 
 
 def recv_message(sock: ipc.Socket) -> list[bytes]:

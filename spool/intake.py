@@ -126,6 +126,16 @@ class Intake:
         if len(self.held) > self.hold_limit:
             self._let_go()
 
+    def remember(self, event_ids: list[str]) -> None:
+        """Ids already durable in the spool file (read at start): a sender replaying one of them
+        (its journal, after a crash) is acknowledged without a second copy in the ring."""
+        for eid in event_ids[-self.recent_limit:]:
+            if eid not in self.recent:
+                self.recent.add(eid)
+                self._order.append(eid)
+        while len(self._order) > self.recent_limit:
+            self.recent.discard(self._order.popleft())
+
     def batch(self) -> list[tuple[str, bytes]]:
         """Everything held, oldest first: what the next write must make durable."""
         return [(eid, h.payload) for eid, h in self.held.items()]

@@ -2,17 +2,20 @@
 
 A thread of the spool process. It reads a batch from the head of the ring,
 POSTs it as NDJSON, and releases it only after a 2xx for every record in it
-(or after a record was proven unacceptable and set aside). While Vector is
-unreachable or answers "later" it backs off and sends the same batch again,
-so records leave in the order they were written. The decisions (what an
-answer means, how long to wait, which half to send next) are in
-spool.shipping; this is the loop around them.
+(or after a record Vector refused alone, again and again, was set aside into
+the poison file, spool.poison). While Vector is unreachable or its sink fails
+(400 "Contents failed to deliver to sink", 5xx, timeouts) it backs off with
+full jitter and sends the same batch again, so records leave in the order
+they were written and none is given up. The decisions (what an answer means,
+how long to wait, which half to send next) are in spool.shipping; this is
+the loop around them.
 
 Idle, it sleeps on the store's ``changed`` event: no wake-ups while nothing
 is written.
 """
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -20,12 +23,17 @@ import time
 from common.http import HttpClient, HttpError
 from common.log import Logger
 from common.recorder import Recorder
+from common.timefmt import format_rfc3339
+from spool import poison
 from spool.ring import SpoolIOError
 from spool.shipping import (
+    OK,
+    REFUSED,
+    Backoff,
     Bisect,
     ShipPolicy,
-    backoff_s,
     classify,
+    message_of,
     retry_after_s,
 )
 from spool.store import Store
@@ -33,8 +41,11 @@ from spool.store import Store
 MAX_BATCH_BYTES = 1 << 20
 IDLE_WAIT_S = 60.0     # a safety net only: writes wake the shipper
 STOP_WAIT_S = 2.0      # a POST still hanging after this is abandoned; the batch ships after restart
-RECORD_PREFIX = 200    # bytes of a set-aside record quoted in its spool.ship_rejected event
+RECORD_PREFIX = 2000   # bytes of a set-aside record quoted in its spool.poison event
+RECORD_IN_EVENT = 16000  # ... or, when the poison file cannot be written, this much of it
 FAILING_REPORT_S = 60.0   # a failing streak: said when it starts, then with its count this often
+
+Answer = tuple[str, int | None, str]   # (verdict, status, message)
 
 
 class Shipper(threading.Thread):
@@ -46,20 +57,24 @@ class Shipper(threading.Thread):
         self.log = log
         self.batch_max = batch_max
         self.timeout_s = policy.timeout_s
-        self.backoff = (policy.backoff_base_s, policy.backoff_cap_s)
-        self.rng = rng or random.Random()
+        self.strikes = policy.poison_strikes
+        self.backoff = Backoff(rng or random.Random(), time.monotonic, policy.backoff_base_s, policy.backoff_cap_s)
         self.url = url
+        self.poison_path = os.path.join(os.path.dirname(store.path) or ".", poison.POISON_FILE)
         self.stopping = threading.Event()
         self._client: HttpClient | None = None
         self._client_url: str | None = None
-        self.failures = 0          # consecutive failed attempts (drives the backoff)
-        self.failing_since = 0.0
         # ship.failing per (type, reason): this thread's own (a Recorder is not thread-safe).
         self.failing = Recorder(lambda type_, data: self.log.warning(type_, **data), FAILING_REPORT_S)
         self.attempts = 0          # POSTs sent, counters for tests and the stop log line
         self.shipped = 0
         self.set_aside = 0
         self.crashed = ""          # set if the loop died of a bug: the process then exits to be restarted
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failed attempts (drives the backoff)."""
+        return self.backoff.failures
 
     # -- control, from the intake thread --------------------------------------------
     def retarget(self, url: str | None) -> None:
@@ -98,7 +113,7 @@ class Shipper(threading.Thread):
                 batch = self.store.read_unshipped(self.batch_max, MAX_BATCH_BYTES)
             except SpoolIOError as e:
                 self.log.error("ship.read_error", error=str(e))
-                self._back_off(None)
+                self._back_off()
                 continue
             if not batch:
                 self._idle()
@@ -111,38 +126,58 @@ class Shipper(threading.Thread):
         self.store.changed.wait(IDLE_WAIT_S)
 
     def _deliver(self, batch: list[tuple[int, bytes]]) -> bool:
-        """True once every record is delivered or set aside; False if stopping first."""
-        ok = self._until_answered(batch)
-        if ok is None:
+        """True once every record is delivered or set aside; False if stopping first or the ring
+        dropped records of the batch meanwhile (the loop reads it again)."""
+        answer = self._until_answered(batch)
+        if answer is None:
             return False
-        if ok:
+        if answer[0] == OK:
             return True
-        search = Bisect.of(len(batch))
+        search = Bisect.of(len(batch), self.strikes)
+        last: dict[int, Answer] = {}
         while (span := search.next_range()) is not None:
-            ok = self._until_answered(batch[span[0]:span[1]])
-            if ok is None:
+            if search.retrying_alone():
+                self._back_off()        # the same record refused alone again: not at once
+            answer = self._until_answered(batch[span[0]:span[1]])
+            if answer is None:
                 return False
-            search.result(ok)
+            if span[1] - span[0] == 1:
+                last[span[0]] = answer
+            search.result(answer[0] == OK)
         for i in search.bad:
-            self._set_aside(*batch[i])
+            _, status, message = last[i]
+            self._set_aside(batch[i][0], batch[i][1], status, message)
         return True
 
-    def _until_answered(self, records: list[tuple[int, bytes]]) -> bool | None:
-        """POST until Vector takes (True) or refuses (False) the records; None when stopping."""
+    def _until_answered(self, records: list[tuple[int, bytes]]) -> Answer | None:
+        """POST until Vector takes the records or refuses their content; None when stopping.
+
+        Every other answer (the sink failed, no answer, an endpoint we do not
+        understand) keeps the records: back off and send the same again.
+        """
         body = b"".join(rec + b"\n" for _, rec in records)
         while not self.stopping.is_set():
-            status, retry_after = self._post(body)
-            verdict = classify(status)
-            if verdict != "retry":
+            status, message, retry_after = self._post(body)
+            verdict = classify(status, message)
+            if verdict in (OK, REFUSED):
                 self._recovered()
-                return verdict == "ok"
-            self._back_off(status, retry_after)
+                return verdict, status, message
+            self._back_off(retry_after)
+            if self._stale(records):
+                return None
         return None
 
-    def _post(self, body: bytes) -> tuple[int | None, float | None]:
+    def _stale(self, records: list[tuple[int, bytes]]) -> bool:
+        """Did the ring drop the head of these records while we waited (a full file, Vector away)?
+
+        Then they are counted in spool.dropped and must not ship as well: the batch is read again.
+        """
+        return self.store.head_seq() > records[0][0]
+
+    def _post(self, body: bytes) -> tuple[int | None, str, float | None]:
         client = self._connect()
         if client is None:
-            return None, None
+            return None, "", None
         self.attempts += 1
         try:
             # The client prefixes its base URL's path (e.g. /events); "/" only for a bare host.
@@ -150,11 +185,13 @@ class Shipper(threading.Thread):
                                   headers={"Content-Type": "application/x-ndjson"})
         except HttpError as e:
             self.failing.record("ship.failing", e.reason, {"reason": e.reason, "detail": e.detail[:200]})
-            return None, None
-        if not 200 <= resp.status < 300:
-            self.failing.record("ship.failing", f"status_{resp.status}", {
-                "status": resp.status, "body": resp.body[:200].decode(errors="replace")})
-        return resp.status, retry_after_s(resp.headers.get("retry-after"), self.backoff[1])
+            return None, "", None
+        if 200 <= resp.status < 300:
+            return resp.status, "", None
+        message = message_of(resp.body)
+        self.failing.record("ship.failing", f"status_{resp.status}:{message[:60]}", {
+            "status": resp.status, "message": message[:200]})
+        return resp.status, message, retry_after_s(resp.headers.get("retry-after"), self.backoff.cap)
 
     def _connect(self) -> HttpClient | None:
         url = self.url
@@ -169,13 +206,8 @@ class Shipper(threading.Thread):
                     self.log.error("ship.bad_url", url=url, error=str(e))
         return self._client
 
-    def _back_off(self, status: int | None, retry_after: float | None = None) -> None:
-        if not self.failures:
-            self.failing_since = time.monotonic()
-        delay = backoff_s(self.failures, self.rng, *self.backoff)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        self.failures += 1
+    def _back_off(self, retry_after: float | None = None) -> None:
+        delay = self.backoff.next_delay(retry_after)
         self.failing.tick()
         self.stopping.wait(delay)
 
@@ -183,10 +215,9 @@ class Shipper(threading.Thread):
         """The streak ended: say what it counted, then ``ship.recovered``; the next streak is news."""
         self.failing.tick(force=True)
         self.failing.forget_all()
-        if self.failures:
-            self.log.info("ship.recovered", failed_attempts=self.failures,
-                          after_s=round(time.monotonic() - self.failing_since, 3))
-        self.failures = 0
+        failures, lasted = self.backoff.reset()
+        if failures:
+            self.log.info("ship.recovered", failed_attempts=failures, after_s=round(lasted, 3))
 
     def _release(self, upto_seq: int) -> None:
         try:
@@ -195,8 +226,20 @@ class Shipper(threading.Thread):
             # The head moved in memory; the header is written again at the next sync.
             self.log.error("ship.release_error", error=str(e))
 
-    def _set_aside(self, seq: int, record: bytes) -> None:
+    def _set_aside(self, seq: int, record: bytes, status: int | None, message: str) -> None:
+        """Keep the record in the poison file (or, if that fails, in full in the event), then say so."""
         self.set_aside += 1
-        prefix = record[:RECORD_PREFIX].decode(errors="replace")
-        self.log.error("spool.ship_rejected", seq=seq, record=record[:500].decode(errors="replace"))
-        self.store.report("spool.ship_rejected", {"seq": seq, "bytes": len(record), "record_prefix": prefix})
+        item = poison.entry(seq, record, status, message, self.strikes, format_rfc3339(time.time()))
+        data = {k: item[k] for k in ("seq", "event_id", "status", "message", "strikes", "bytes")}
+        try:
+            evicted = poison.append(self.poison_path, item)
+            data["kept_in"] = poison.POISON_FILE
+            data["record_prefix"] = item["record"][:RECORD_PREFIX]
+            if evicted:
+                data["poison_evicted"] = evicted
+        except OSError as e:
+            data["kept_in"] = "event"
+            data["poison_file_error"] = str(e)[:200]
+            data["record_prefix"] = item["record"][:RECORD_IN_EVENT]
+        self.log.error("spool.poison", **{**data, "record_prefix": item["record"][:500]})
+        self.store.report("spool.poison", data)

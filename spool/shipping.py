@@ -1,63 +1,125 @@
 """Pure decisions of the shipper: where to ship, what an answer means, how long to back off,
-and how to find the record a server refuses.
+and how to find the record a server refuses. No I/O; the clock and the randomness are passed in.
 
-Vector's http_server source answers 2xx once the batch is delivered (with
-end-to-end acknowledgements on: once Kafka has it). Its other answers, as
-deploy/vector/vector.toml sets it up:
+Vector's http_server source (deploy/vector/vector.toml) answers a batch, with
+end-to-end acknowledgements on, from ``handle_batch_status`` and the source's
+own decoding (vectordotdev/vector, src/sources/util/http/prelude.rs,
+src/sources/util/http/encoding.rs, src/sources/http_server.rs):
 
-- 5xx, 429, 408, or no answer at all: "later" -- back off (capped, jittered, so
-  a fleet does not retry in step) and send the same batch again.
-- 400, 413, 422: something in *this batch* is unacceptable ("Contents failed to
-  deliver to sink", a body that does not decode, a line over the limit). The
-  same batch can never succeed: split it in halves until each bad record is
-  alone, set those aside, ship the rest.
-- Any other 4xx (404 wrong path, 405, 401/403, 415...) says the *endpoint* is
-  wrong, not the records: splitting would set every record aside and lose the
-  lot to a typo in a URL, so it is retried like an outage until someone fixes
-  the configuration.
+- 200: delivered (to Kafka).
+- 400 "Contents failed to deliver to sink" (BatchStatus::Rejected) and 500
+  "Error delivering contents to sink" (BatchStatus::Errored): the *sink* failed.
+  The kafka sink's delivery timeout is a Rejected: its service call errs and
+  the stream driver marks the batch Rejected (lib/vector-core/src/stream/driver.rs).
+  Neither says anything about the records, so every record is kept and the
+  same batch is sent again after a backoff: ``later``. So are 5xx, 429, 408,
+  timeouts and refused connections.
+- 400 "Failed decoding body: ..." (the codec refused a frame), 422 "Failed
+  decompressing payload with <enc> decoder.", and 413 past a body limit: the
+  *content* of this request is refused: ``refused``. The batch is split until
+  the record refused alone is found; only a record refused alone, again and
+  again (``POISON_STRIKES`` times), is set aside -- counted and kept readable,
+  never silently gone.
+- Anything else (404 wrong path, 405, 401/403, 415 an encoding we never send,
+  a 400 with a message we do not know) says the endpoint or the peer is not
+  what we think, not that the records are bad: ``later``, until someone fixes
+  the configuration. Unknown answers never cost a record.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ujson
 
 BACKOFF_BASE_S = 0.5
 # 5,000 nodes retrying a recovering Vector every 30 s at most is ~170 requests/s: gentle.
 BACKOFF_CAP_S = 30.0
 # The kafka sink's message_timeout_ms is 30 s: with end-to-end acknowledgements
-# Vector may legitimately hold the answer that long (and then answer 500). A
+# Vector may legitimately hold the answer that long (and then answer 400). A
 # shorter timeout would give up on batches Kafka is about to take (duplicates)
 # and, with Kafka slow, never see a 2xx at all. 15 s on top covers Vector's own
 # queueing (its batch.timeout_secs, a blocked memory buffer) and the transfer.
 SHIP_TIMEOUT_S = 45.0
-REJECT_STATUSES = frozenset({400, 413, 422})
+# A record is set aside only once Vector refused it alone this many times, with
+# a backoff between: one odd answer never costs a record.
+POISON_STRIKES = 3
+
+SINK_MESSAGES = ("Contents failed to deliver to sink", "Error delivering contents to sink")
+DECODE_MESSAGES = ("Failed decoding body", "Failed decompressing payload")
+OK, LATER, REFUSED = "ok", "later", "refused"
 
 
 @dataclass(frozen=True, slots=True)
 class ShipPolicy:
-    """How long one POST may take, and how retries back off (the tests shorten all three)."""
+    """How long one POST may take, and how retries back off (the tests shorten them)."""
 
     timeout_s: float = SHIP_TIMEOUT_S
     backoff_base_s: float = BACKOFF_BASE_S
     backoff_cap_s: float = BACKOFF_CAP_S
+    poison_strikes: int = POISON_STRIKES
 
 
 def backoff_s(failures: int, rng: random.Random, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S) -> float:
-    """'Equal jitter' exponential backoff: uniform in [c/2, c], c = min(cap, base * 2**failures).
+    """'Full jitter' exponential backoff: uniform in [0, c], c = min(cap, base * 2**failures).
 
-    Never near zero (a dead Vector is not hammered), never in step across a fleet.
+    A fleet that lost Vector together does not come back in step (the AWS
+    architecture blog's comparison: full jitter spreads retries the most for
+    the least total work).
     """
     ceiling = min(cap, base * (2 ** min(failures, 30)))
-    return rng.uniform(ceiling / 2, ceiling)
+    return rng.uniform(0.0, ceiling)
 
 
-def classify(status: int | None) -> str:
-    """retry | ok | reject, from an HTTP status (None: no answer at all)."""
+@dataclass(slots=True)
+class Backoff:
+    """A failing streak: how long to wait before the next attempt, and since when it fails."""
+
+    rng: random.Random
+    clock: Callable[[], float]
+    base: float = BACKOFF_BASE_S
+    cap: float = BACKOFF_CAP_S
+    failures: int = 0
+    since: float = 0.0
+
+    def next_delay(self, retry_after: float | None = None) -> float:
+        if not self.failures:
+            self.since = self.clock()
+        delay = backoff_s(self.failures, self.rng, self.base, self.cap)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        self.failures += 1
+        return delay
+
+    def reset(self) -> tuple[int, float]:
+        """End the streak: (failed attempts, seconds it lasted)."""
+        out = (self.failures, self.clock() - self.since if self.failures else 0.0)
+        self.failures = 0
+        return out
+
+
+def message_of(body: bytes) -> str:
+    """The ``message`` of Vector's ErrorMessage body ``{"code": .., "message": ..}``, else the text."""
+    try:
+        doc: Any = ujson.loads(body)
+    except ValueError:
+        return body[:300].decode(errors="replace")
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        return str(doc["message"])
+    return body[:300].decode(errors="replace")
+
+
+def classify(status: int | None, message: str = "") -> str:
+    """ok | later | refused, from an HTTP status (None: no answer at all) and the error's message."""
     if status is not None and 200 <= status < 300:
-        return "ok"
-    if status in REJECT_STATUSES:
-        return "reject"
-    return "retry"
+        return OK
+    if status in {413, 422}:
+        return REFUSED
+    if status == 400 and message.startswith(DECODE_MESSAGES):
+        return REFUSED
+    return LATER
 
 
 def retry_after_s(value: str | None, cap: float = BACKOFF_CAP_S) -> float | None:
@@ -74,34 +136,48 @@ def choose_sink(config_url: str, contract_url: str | None) -> str | None:
 
 @dataclass(slots=True)
 class Bisect:
-    """Finds the records a server rejects by shipping halves of a rejected batch.
+    """Finds the records a server refuses by shipping halves of a refused batch.
 
-    Feed it the rejected batch's length; ``next_range`` says which slice to
-    send; ``result(ok)`` reports the answer. Records proven bad are listed in
+    Feed it the refused batch's length; ``next_range`` says which slice to
+    send; ``result(ok)`` reports the answer. A single record refused is
+    retried alone until it has ``strikes`` refusals, and only then listed in
     ``bad``; the rest were delivered along the way, in order (the left half
-    always goes first).
+    always goes first). Sink-side answers ("later") are not results: the
+    caller backs off and sends the same slice again.
     """
 
     start: int
     end: int
     stack: list[tuple[int, int]]
     bad: list[int]
+    strikes: int = POISON_STRIKES
+    refusals: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, n: int) -> Bisect:
+    def of(cls, n: int, strikes: int = POISON_STRIKES) -> Bisect:
         mid = n // 2
         stack = [(mid, n), (0, mid)] if n > 1 else [(0, n)]
-        return cls(0, n, stack, [])
+        return cls(0, n, stack, [], strikes)
 
     def next_range(self) -> tuple[int, int] | None:
         return self.stack[-1] if self.stack else None
 
     def result(self, ok: bool) -> None:
-        lo, hi = self.stack.pop()
+        lo, hi = self.stack[-1]
         if ok:
+            self.stack.pop()
             return
         if hi - lo == 1:
-            self.bad.append(lo)
+            self.refusals[lo] = self.refusals.get(lo, 0) + 1
+            if self.refusals[lo] >= self.strikes:
+                self.stack.pop()
+                self.bad.append(lo)
             return
+        self.stack.pop()
         mid = (lo + hi) // 2
         self.stack += [(mid, hi), (lo, mid)]
+
+    def retrying_alone(self) -> bool:
+        """Is the next slice a single record already refused (so the caller backs off first)?"""
+        span = self.next_range()
+        return span is not None and span[1] - span[0] == 1 and self.refusals.get(span[0], 0) > 0

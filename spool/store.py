@@ -100,6 +100,11 @@ class Store:
             self.ring.release(upto_seq)
             return True
 
+    def head_seq(self) -> int:
+        """The seq of the oldest unshipped record (the ring's head); -1 when not open."""
+        with self.lock:
+            return self.ring.stats()["head_seq"] if self.ring is not None and not self.closed else -1
+
     def stats(self) -> dict[str, Any]:
         with self.lock:
             return self.ring.stats() if self.ring is not None and not self.closed else {}

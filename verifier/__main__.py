@@ -174,6 +174,7 @@ class Verifier:
             self._save()
             self.metrics_dirty = True
         for ev in events:
+            self.spool.log_emitted(ev)
             ipc.send(self.spool.sock, ipc.T_EVENT, ev)
         if emits:
             self.publish()

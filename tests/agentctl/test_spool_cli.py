@@ -139,3 +139,33 @@ def test_tail_follow_sees_every_new_record_once_in_order_across_wraps(tmp_path: 
     finally:
         tail.stop()
         ring.close()
+
+
+def test_poison_prints_what_was_set_aside(cfg: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from spool import poison
+
+    path = os.path.join(os.path.dirname(spool_file(cfg)), poison.POISON_FILE)
+    rc, out, _ = run(capsys, "--config", str(cfg), "poison")
+    assert (rc, out) == (0, "")                                # nothing ever set aside
+    for i in (3, 4):
+        poison.append(path, poison.entry(i, event(i), 400, "Failed decoding body: x", 3, "2026-01-01T00:00:00Z"))
+    rc, out, _ = run(capsys, "--config", str(cfg), "poison")
+    assert rc == 0 and [(e["event_id"], e["seq"], e["status"]) for e in lines(out)] == [("e-3", 3, 400), ("e-4", 4, 400)]
+    rc, out, _ = run(capsys, "--config", str(cfg), "poison", "--raw")
+    assert [e["event_id"] for e in lines(out)] == ["e-3", "e-4"]
+
+
+def test_the_poison_file_stays_bounded_and_keeps_the_newest(tmp_path: Path) -> None:
+    from spool import poison
+
+    path = str(tmp_path / poison.POISON_FILE)
+    evicted = sum(poison.append(path, poison.entry(i, event(i), 400, "m", 3, "t"), max_bytes=4000)
+                  for i in range(40))
+    kept = [e["event_id"] for e in poison.read(path)]
+    assert os.path.getsize(path) <= 4000 and evicted == 40 - len(kept) > 0
+    assert kept == [f"e-{i}" for i in range(40 - len(kept), 40)]
+    with open(path, "ab") as f:
+        f.write(b'{"torn')                                      # a crash mid-append
+    assert [e["event_id"] for e in poison.read(path)] == kept
+    poison.append(path, poison.entry(99, event(99), 400, "m", 3, "t"), max_bytes=1 << 20)
+    assert [e["event_id"] for e in poison.read(path)] == [*kept, "e-99"]

@@ -13,7 +13,10 @@ hand-made observations (tests/chaos/test_invariants.py).
 - nothing done to any other node: no write to another Node, no eviction or delete of a pod
   that is not one of this node's;
 - every event the spool holds reached Vector, and no step was announced twice (both checked
-  once per run, over everything spooled and received).
+  once per run, over everything spooled and received);
+- counted from emission: every event a process logged as emitted (``event.emitted``, with its
+  id) is in Vector, or was set aside (a ``spool.poison`` event names it), or is one of those
+  ``spool.dropped`` counts -- never more missing than dropped.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import ujson
 
 VERDICTS = ("drain.done", "drain.overrun")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -116,6 +121,55 @@ def foreign_writes(log: Iterable[dict[str, Any]], own_node: str, own_pods: set[s
 
 
 # -- the whole run --------------------------------------------------------------------------
+def emitted_ids(log_lines: Iterable[str]) -> list[str]:
+    """The ids a process logged as emitted (``event.emitted`` lines of its stderr), in order."""
+    out = []
+    for line in log_lines:
+        if '"event.emitted"' not in line:
+            continue
+        try:
+            rec = ujson.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("msg") == "event.emitted" and isinstance(rec.get("event_id"), str):
+            out.append(rec["event_id"])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FromEmission:
+    """What became of every emitted event, at the end of a run."""
+
+    emitted: int
+    delivered: int        # distinct emitted ids Vector received
+    poisoned: int         # emitted ids a spool.poison event set aside
+    dropped: int          # the spool.dropped counts (records the full ring let go)
+    missing: tuple[str, ...]   # emitted, not delivered, not set aside
+
+    @property
+    def unaccounted(self) -> int:
+        """Missing beyond what spool.dropped accounts for: lost without a word."""
+        return max(0, len(self.missing) - self.dropped)
+
+
+def from_emission(emitted: Iterable[str], received: Iterable[dict[str, Any]]) -> FromEmission:
+    """Account for every emitted id against what Vector received (its spool.poison and spool.dropped too)."""
+    wanted = list(dict.fromkeys(emitted))
+    got: set[str] = set()
+    poisoned: set[str] = set()
+    dropped_by: dict[str, int] = {}
+    for r in received:
+        got.add(str(r.get("event_id")))
+        data = r.get("data") or {}
+        if r.get("type") == "spool.poison":
+            poisoned.add(str(data.get("event_id")))
+        elif r.get("type") == "spool.dropped":
+            dropped_by[str(r.get("event_id"))] = int(data.get("dropped", 0))
+    missing = tuple(e for e in wanted if e not in got and e not in poisoned)
+    return FromEmission(len(wanted), sum(1 for e in wanted if e in got), sum(1 for e in wanted if e in poisoned),
+                        sum(dropped_by.values()), missing)
+
+
 def lost_events(spooled: Iterable[str], shipped: Iterable[str]) -> set[str]:
     """Event ids in the spool file that Vector never received."""
     return set(spooled) - set(shipped)

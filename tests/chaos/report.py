@@ -21,6 +21,12 @@ class Tally:
     events_spooled: int = 0
     events_lost: int = 0
     shipped_duplicates: int = 0                                # at-least-once: resends Vector received twice
+    # Counted from emission (every event.emitted id in the programs' logs): delivered, set aside, dropped, lost.
+    events_emitted: int = 0
+    emitted_delivered: int = 0
+    emitted_poisoned: int = 0
+    emitted_dropped: int = 0
+    emitted_lost: int = 0                                      # missing beyond spool.dropped: lost without a word
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -29,6 +35,9 @@ class Tally:
                 "skipped": dict(sorted(self.skipped.items())), "verdicts": dict(sorted(self.verdicts.items())),
                 "overrun_allowed": self.overrun_allowed, "events_spooled": self.events_spooled,
                 "events_lost": self.events_lost, "shipped_duplicates": self.shipped_duplicates,
+                "from_emission": {"emitted": self.events_emitted, "in_vector": self.emitted_delivered,
+                                  "poison": self.emitted_poisoned, "dropped": self.emitted_dropped,
+                                  "lost": self.emitted_lost},
                 "violations": len(self.violations), "violation_list": self.violations[:50],
                 "seconds": round(self.seconds, 1)}
 
@@ -48,6 +57,11 @@ def table(tallies: list[Tally]) -> str:
         rows.append((f"verdict {v}", [str(t.verdicts[v]) for t in tallies]))
     rows += [
         ("overrun legitimate (plan)", [str(t.overrun_allowed) for t in tallies]),
+        ("events emitted", [str(t.events_emitted) for t in tallies]),
+        ("  in Vector", [str(t.emitted_delivered) for t in tallies]),
+        ("  set aside (spool.poison)", [str(t.emitted_poisoned) for t in tallies]),
+        ("  dropped (spool.dropped)", [str(t.emitted_dropped) for t in tallies]),
+        ("  lost from emission", [str(t.emitted_lost) for t in tallies]),
         ("events spooled", [str(t.events_spooled) for t in tallies]),
         ("events lost", [str(t.events_lost) for t in tallies]),
         ("duplicates shipped", [str(t.shipped_duplicates) for t in tallies]),
@@ -64,4 +78,9 @@ def table(tallies: list[Tally]) -> str:
 
 
 def json_line(tallies: list[Tally]) -> str:
-    return ujson.dumps({"chaos": [t.to_json() for t in tallies]})
+    """The headline first: counted from emission, over every run."""
+    return ujson.dumps({"events_emitted": sum(t.events_emitted for t in tallies),
+                        "emitted_lost": sum(t.emitted_lost for t in tallies),
+                        "spool_dropped": sum(t.emitted_dropped for t in tallies),
+                        "spool_poison": sum(t.emitted_poisoned for t in tallies),
+                        "chaos": [t.to_json() for t in tallies]})

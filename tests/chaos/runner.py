@@ -11,6 +11,7 @@ every notice still has exactly one verdict.
 """
 from __future__ import annotations
 
+import glob
 import io
 import os
 import shutil
@@ -27,6 +28,7 @@ from tests.chaos.inject import Injector, tmpfs, unfill
 from tests.chaos.invariants import Observed
 from tests.chaos.plan import DrainPlan, Fault, Timing
 from tests.chaos.report import Tally
+from tests.support.agent_rig import PROGRAMS
 from tests.support.stack import HALL, Stack
 from tests.support.wait import wait_for
 
@@ -235,18 +237,38 @@ class ChaosRun:
                 continue
         return out
 
+    def emitted(self) -> list[str]:
+        """Every event id any program logged as emitted, over every start (and rotated log) of it."""
+        assert self.stack is not None and self.stack.agent is not None
+        log_dir = self.stack.agent.log_dir
+        out: list[str] = []
+        for program in PROGRAMS:
+            for name in sorted(glob.glob(os.path.join(log_dir, f"{program}.log*")), reverse=True):
+                with open(name, errors="replace") as f:
+                    out += invariants.emitted_ids(f)
+        return out
+
     def finish(self) -> None:
-        """Once Vector has everything the spool holds: count what was lost, recount the verdicts."""
+        """Once Vector has everything emitted: count what was lost from emission, recount the verdicts."""
         s = self.stack
         assert s is not None
         def shipped() -> bool:
-            return read_stats(s.spool_path)["unshipped_records"] == 0
+            if read_stats(s.spool_path)["unshipped_records"]:
+                return False
+            return invariants.from_emission(self.emitted(), s.vector.records()).unaccounted == 0
         try:
-            wait_for(shipped, SHIPPED_WITHIN_S, "the spool shipped to the last record")
+            wait_for(shipped, SHIPPED_WITHIN_S, "every emitted event in Vector", interval=1.0)
         except TimeoutError as e:
             self.tally.violations.append(f"spool not shipped: {e}")
         spooled = self.events()
         received = s.vector.records()
+        whole = invariants.from_emission(self.emitted(), received)
+        t = self.tally
+        t.events_emitted, t.emitted_delivered = whole.emitted, whole.delivered
+        t.emitted_poisoned, t.emitted_dropped, t.emitted_lost = whole.poisoned, whole.dropped, whole.unaccounted
+        if whole.unaccounted:
+            t.violations.append(f"{whole.unaccounted} emitted events neither in Vector nor set aside nor counted "
+                                f"dropped: {list(whole.missing[:5])}")
         lost = invariants.lost_events((e["event_id"] for e in spooled), (r.get("event_id") for r in received))
         self.tally.events_spooled = len(spooled)
         self.tally.events_lost = len(lost)

@@ -57,6 +57,7 @@ def test_kubernetes_drains_keep_every_invariant_under_faults(tmp_path):
     assert dict(tally.skipped) == skipped
     assert sum(tally.faults.values()) + sum(skipped.values()) == sum(len(p.faults) for p in KUBE_PLANS)
     assert tally.events_lost == 0 and tally.events_spooled > 0
+    assert tally.emitted_lost == 0 and tally.events_emitted > 0 and tally.emitted_delivered > 0
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +76,4 @@ def test_slurm_drains_keep_every_invariant_under_faults(tmp_path, slurm_rig):
     assert tally.drains == 2 and dict(tally.verdicts) == {"done": 2}
     assert sum(tally.faults.values()) == 3 and not tally.skipped
     assert tally.events_lost == 0
+    assert tally.emitted_lost == 0 and tally.events_emitted > 0

@@ -143,3 +143,20 @@ def test_a_step_announced_twice_is_caught_a_resend_and_other_pods_are_not():
     assert invariants.repeated_steps(twice, ["n1", "n2"]) == [
         "n1: drain.evicted u1 announced 2 times", "n1: drain.uncordoned announced 2 times",
         "n2: drain.fallback None announced 2 times"]
+
+
+def test_counting_from_emission_accounts_for_delivered_poisoned_and_dropped():
+    lines = ['{"ts":1,"msg":"event.emitted","event_id":"a","type":"drain.started"}', "not json",
+             '{"msg":"event.emitted","event_id":"b"}', '{"msg":"drain.started","event_id":"x"}',
+             '{"msg":"event.emitted","event_id":"c"}', '{"msg":"event.emitted","event_id":"d"}']
+    emitted = invariants.emitted_ids(lines)
+    assert emitted == ["a", "b", "c", "d"]
+    received = [{"event_id": "a"}, {"event_id": "a"},
+                {"event_id": "p1", "type": "spool.poison", "data": {"event_id": "b"}}]
+    whole = invariants.from_emission(emitted, received)
+    assert (whole.emitted, whole.delivered, whole.poisoned, whole.dropped) == (4, 1, 1, 0)
+    assert whole.missing == ("c", "d") and whole.unaccounted == 2            # lost without a word
+    dropped = {"event_id": "d1", "type": "spool.dropped", "data": {"dropped": 2}}
+    accounted = invariants.from_emission(emitted, [*received, dropped, dropped])   # a resent report counts once
+    assert accounted.dropped == 2 and accounted.unaccounted == 0
+    assert invariants.from_emission(emitted, [{"event_id": e} for e in "abcd"]).missing == ()

@@ -1,13 +1,11 @@
 """IPC framing rejects garbage; the outbox resends until acknowledged and stays bounded."""
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from common import ipc
 from common.events import EVENT_TYPES, Origin, Outbox, make_event
-from spool.shipping import Bisect, backoff_s, classify
+from spool.shipping import Bisect
 
 
 @pytest.mark.parametrize("frames", [
@@ -49,19 +47,6 @@ def test_outbox_is_bounded_and_reports_loss():
         box.add("notice.received", now=1.0)
     assert len(box.pending) == 3 and box.dropped == 2
     assert box.add("notice.received", now=2.0)["data"]["outbox_dropped"] == 2
-
-
-def test_backoff_is_capped_and_grows():
-    rng = random.Random(1)
-    assert backoff_s(0, rng) <= 0.5
-    assert all(backoff_s(50, rng) <= 30.0 for _ in range(100))
-    assert backoff_s(5, rng) >= 8.0
-
-
-def test_classify():
-    assert classify(None) == "retry" and classify(503) == "retry" and classify(429) == "retry"
-    assert classify(200) == "ok" and classify(204) == "ok"
-    assert classify(400) == "reject" and classify(413) == "reject"
 
 
 @pytest.mark.parametrize("n,bad", [(1, {0}), (8, {5}), (9, {0, 8}), (16, set()), (7, {1, 2, 3})])

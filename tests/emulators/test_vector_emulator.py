@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import tomllib
 import zlib
 from collections.abc import Iterator
@@ -76,13 +77,15 @@ def test_undecodable_batch_is_400_and_nothing_is_kept(vec: VectorEmulator, body:
 
 
 def test_compressed_bodies(vec: VectorEmulator) -> None:
-    """gzip and deflate are decoded; an unknown encoding is 415; corrupt gzip is 400."""
+    """gzip and deflate are decoded; an unknown encoding is 415; corrupt gzip is 422 (encoding.rs)."""
     assert post(vec, gzip.compress(ndjson("g")), **{"Content-Encoding": "gzip"}).status_code == 200
     assert post(vec, zlib.compress(ndjson("d")), **{"Content-Encoding": "deflate"}).status_code \
         == 200
     assert post(vec, ndjson("b"), **{"Content-Encoding": "br"}).status_code == 415
-    assert post(vec, gzip.compress(ndjson("t"))[:-8], **{"Content-Encoding": "gzip"}).status_code \
-        == 400
+    corrupt = post(vec, gzip.compress(ndjson("t"))[:-8], **{"Content-Encoding": "gzip"})
+    assert corrupt.status_code == 422
+    assert corrupt.json()["message"] == "Failed decompressing payload with gzip decoder."
+    assert post(vec, ndjson("b"), **{"Content-Encoding": "br"}).json()["message"] == "Unsupported encoding br"
     assert ids(vec.records()) == ["g", "d"]
 
 
@@ -96,12 +99,13 @@ def test_wrong_path_and_method(vec: VectorEmulator) -> None:
 # -- poison, duplicates -----------------------------------------------------------------
 
 def test_poison_record_rejects_the_whole_batch_so_the_shipper_splits(vec: VectorEmulator) -> None:
-    """One poison record makes the batch 400; the halves without it go through."""
+    """One record Vector cannot decode makes the batch 400 "Failed decoding body: ..."; the halves without it
+    go through."""
     vec.poison("type", "poison")
     batch = ndjson("a", type="ok") + ndjson("p", type="poison") + ndjson("b", type="ok")
     reply = post(vec, batch)
     assert reply.status_code == 400
-    assert "failed to deliver" in reply.json()["message"]
+    assert reply.json()["message"].startswith("Failed decoding body: ")
     assert vec.records() == []
     lines = batch.splitlines(keepends=True)
     assert post(vec, lines[0]).status_code == 200
@@ -111,6 +115,57 @@ def test_poison_record_rejects_the_whole_batch_so_the_shipper_splits(vec: Vector
     assert vec.stats()["rejected_batches"] == 2
     vec.clear_poison()
     assert post(vec, lines[1]).status_code == 200
+
+
+def test_undecodable_json_is_400_failed_decoding_body(vec: VectorEmulator) -> None:
+    """http_server.rs build_events: a frame the codec refuses is 400 with "Failed decoding body: ..."; serde_json's
+    recursion limit (128) is one such refusal."""
+    bad = post(vec, ndjson("a") + b"{not json}\n")
+    assert (bad.status_code, bad.json()["code"]) == (400, 400)
+    assert bad.json()["message"].startswith("Failed decoding body: ")
+    deep = b'{"event_id": "deep", "d": ' + b"[" * 130 + b"]" * 130 + b"}\n"
+    assert post(vec, deep).json()["message"].startswith("Failed decoding body: ")
+    assert post(vec, b'{"event_id": "ok", "d": ' + b"[" * 100 + b"]" * 100 + b"}\n").status_code == 200
+    assert ids(vec.records()) == ["ok"]
+
+
+def test_kafka_down_is_400_contents_failed_to_deliver_after_the_sink_timeout(vec: VectorEmulator) -> None:
+    """handle_batch_status: Rejected (the kafka sink's delivery timed out) is 400 "Contents failed to deliver
+    to sink", Errored is 500 "Error delivering contents to sink"; nothing is delivered either way."""
+    vec.kafka_down(400)
+    reply = post(vec, ndjson("a"))
+    assert (reply.status_code, reply.json()) == (400, {"code": 400, "message": "Contents failed to deliver to sink"})
+    vec.kafka_down(500)
+    reply = post(vec, ndjson("b"))
+    assert (reply.status_code, reply.json()) == (500, {"code": 500, "message": "Error delivering contents to sink"})
+    # A body that does not decode is still refused for that, sink or no sink.
+    assert post(vec, b"{not json}\n").json()["message"].startswith("Failed decoding body")
+    vec.kafka_up()
+    assert post(vec, ndjson("c")).status_code == 200
+    assert ids(vec.records()) == ["c"] and vec.stats()["sink_failed_batches"] == 2
+
+
+def test_kafka_down_answers_only_after_its_hold_or_when_it_comes_back(vec: VectorEmulator) -> None:
+    """The answer waits for the sink's timeout (message_timeout_ms); Kafka coming back ends the wait with 200."""
+    vec.kafka_down(400, hold_s=30.0)
+    result: list[int] = []
+    sender = threading.Thread(target=lambda: result.append(post(vec, ndjson("held"), timeout=20).status_code))
+    sender.start()
+    vec.wait_until(lambda: vec.stats()["holding"] or None, 5.0)
+    assert result == []
+    vec.kafka_up()
+    sender.join(20)
+    assert result == [200] and ids(vec.records()) == ["held"]
+
+
+def test_a_body_over_the_limit_is_413_and_a_line_over_max_length_is_discarded() -> None:
+    with VectorEmulator(path="/", max_body=1000) as vec:
+        assert post(vec, ndjson("big", pad="x" * 2000)).status_code == 413
+        assert vec.records() == []
+    with VectorEmulator(path="/") as vec:
+        long_line = ndjson("long", pad="x" * 70000)
+        assert post(vec, ndjson("a") + long_line + ndjson("b")).status_code == 200
+        assert ids(vec.records()) == ["a", "b"] and vec.stats()["discarded_frames"] == 1
 
 
 def test_poison_matches_dotted_fields_and_exact_types() -> None:
@@ -213,7 +268,7 @@ def test_request_log_shows_each_batch_outcome(vec: VectorEmulator) -> None:
     post(vec, ndjson("a"), **{"Content-Encoding": "gzip"})
     failed, bad = vec.requests("/events")
     assert (failed["status"], failed["fault"]) == (500, "status")
-    assert (bad["status"], bad["headers"]["content-encoding"]) == (400, "gzip")
+    assert (bad["status"], bad["headers"]["content-encoding"]) == (422, "gzip")
 
 
 # -- as a subprocess --------------------------------------------------------------------
@@ -239,16 +294,19 @@ def test_fixture_serves_on_root_path(vector_emu: VectorProcess) -> None:
 # -- the operator's config --------------------------------------------------------------
 
 def test_deploy_config_matches_what_the_emulator_assumes() -> None:
-    """vector.toml: http_server (json over newline framing) -> kafka with acknowledgements."""
+    """vector.toml: http_server (json over newline framing) -> dedupe by event_id -> kafka with acknowledgements."""
     config = tomllib.loads((REPO_ROOT / "deploy/vector/vector.toml").read_text())
     [(source_id, source)] = config["sources"].items()
     [sink] = config["sinks"].values()
+    [(dedupe_id, dedupe)] = config["transforms"].items()
+    assert dedupe["type"] == "dedupe" and dedupe["inputs"] == [source_id]
+    assert dedupe["fields"] == {"match": ["event_id"]} and dedupe["cache"]["num_events"] >= 5000
     assert source["type"] == "http_server"
     assert source["decoding"] == {"codec": "json"}
     assert source["framing"]["method"] == "newline_delimited"
     assert source["strict_path"] is True and source["method"] == "POST"
     assert "encoding" not in source  # Vector refuses it next to framing/decoding
-    assert sink["type"] == "kafka" and sink["inputs"] == [source_id]
+    assert sink["type"] == "kafka" and sink["inputs"] == [dedupe_id]
     assert sink["acknowledgements"] == {"enabled": True}
     assert sink["encoding"]["codec"] == "json"
     assert sink["bootstrap_servers"].startswith("${SCO_KAFKA_BOOTSTRAP")

@@ -11,6 +11,7 @@ verifier's judge, the watcher's acknowledgements).
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Callable, Mapping
 
 import pytest
@@ -251,19 +252,27 @@ def test_watcher_executor_feed(watcher, messages):
     assert after - before == sum(map(unusable, messages))   # each one counted, nothing else
 
 
+LINK_NAMES = itertools.count()
+
+
 @fuzz(100)
 @given(st.lists(frames(topic_and(ipc.T_ACK, ack_bodies)), min_size=1, max_size=3))
 def test_spool_link_acks(runtime, messages):
     """Whatever comes back on a process's spool link: counted, or ids acknowledged; never a crash."""
     config, ctx = runtime
-    link = SpoolLink(ctx, config, "fuzz", quiet())
-    ev = link.emit("notice.rejected")
-    link.sock.close()
-    link.sock = Feed(messages)
-    link.on_readable()
-    assert link.bad_acks <= len(messages)
-    # Left unacknowledged: the event sent, and the link's own reports of what it refused.
-    assert {e["type"] for eid, (_, e) in link.outbox.pending.items() if eid != ev["event_id"]} <= {"ipc.rejected"}
+    # A name of its own per example: each link journals under the state dir, and a journal
+    # left by the previous example would be replayed into this one's outbox.
+    link = SpoolLink(ctx, config, f"fuzz-{next(LINK_NAMES)}", quiet())
+    try:
+        ev = link.emit("notice.rejected")
+        link.sock.close()
+        link.sock = Feed(messages)
+        link.on_readable()
+        assert link.bad_acks <= len(messages)
+        # Left unacknowledged: the event sent, and the link's own reports of what it refused.
+        assert {e["type"] for eid, (_, e) in link.outbox.pending.items() if eid != ev["event_id"]} <= {"ipc.rejected"}
+    finally:
+        link.close()
 
 
 @pytest.fixture(scope="module")

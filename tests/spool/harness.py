@@ -126,8 +126,10 @@ class SpoolProcess:
 class Sender(threading.Thread):
     """A real SpoolLink in a thread: emits on request or at a steady rate, resends until acknowledged."""
 
-    def __init__(self, config: Path, rate_hz: float = 0.0, resend_after_s: float = 0.5) -> None:
+    def __init__(self, config: Path, rate_hz: float = 0.0, resend_after_s: float = 0.5,
+                 process: str = "executor") -> None:
         super().__init__(name="sender", daemon=True)
+        self.process = process
         self.cfg: Config = load(str(config))
         self.rate_hz = rate_hz
         self.resend_after_s = resend_after_s
@@ -142,7 +144,7 @@ class Sender(threading.Thread):
         ctx = zmq.Context()
         try:
             with self.lock:
-                self._link = SpoolLink(ctx, self.cfg, "executor", Logger("sender", stream=io.StringIO()))
+                self._link = SpoolLink(ctx, self.cfg, self.process, Logger("sender", stream=io.StringIO()))
                 self._link.outbox.resend_after_s = self.resend_after_s
             self._ready.set()
             poller = zmq.Poller()
@@ -162,6 +164,8 @@ class Sender(threading.Thread):
                         self._requests -= 1
                     self._link.tick()
         finally:
+            if self._link is not None:
+                self._link.close()
             ctx.destroy(linger=0)
 
     def _emit_one(self) -> None:

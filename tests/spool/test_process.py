@@ -104,7 +104,8 @@ def test_a_resent_event_is_acknowledged_again_but_written_once(tmp_path: Path, z
 
 
 def test_sigkill_20_times_mid_stream_loses_no_acknowledged_event(tmp_path: Path, vec: VectorEmulator) -> None:
-    """Every event acknowledged before each SIGKILL is in the file, and all of them reach Vector."""
+    """Every event acknowledged before each SIGKILL is in the file (or already in Vector), and all of them
+    reach Vector."""
     rng = random.Random(20)
     cfg = spool_config(tmp_path, vector_url=vec.url)
     sp = SpoolProcess(cfg)
@@ -116,14 +117,16 @@ def test_sigkill_20_times_mid_stream_loses_no_acknowledged_event(tmp_path: Path,
                 time.sleep(rng.uniform(0, 0.05))   # a random instant of the stream: mid-round or not
                 assert sp.kill() == -signal.SIGKILL
                 acked = set(tx.acked())
-                missing = acked - set(ids(file_events(cfg)))
-                assert not missing, f"{len(missing)} acknowledged events not in the file"
+                # In the file, or shipped already: a slow run emits enough for the ring to lap, and a
+                # record Vector has and the next lap overwrote is not lost.
+                missing = acked - set(ids(file_events(cfg))) - set(ids(vec.records()))
+                assert not missing, f"{len(missing)} acknowledged events neither in the file nor in Vector"
             sp.start()
             tx.set_rate(0)
             tx.wait_all_acked(15)
             emitted = tx.acked()
         assert len(emitted) > 20 * 20
-        assert set(emitted) <= set(ids(file_events(cfg)))
+        assert set(emitted) <= set(ids(file_events(cfg))) | set(ids(vec.records()))
         wait_for(lambda: set(emitted) <= set(ids(vec.records())), 15, "every event shipped")
         assert sp.stop() == 0
     finally:

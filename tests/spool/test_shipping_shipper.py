@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from common.log import Logger
+from spool import poison
 from spool.shipper import Shipper
-from spool.shipping import ShipPolicy
+from spool.shipping import POISON_STRIKES, ShipPolicy
 from spool.store import Store
 from tests.emulators.vector import VectorEmulator
 from tests.support.procutil import free_port
@@ -97,6 +98,8 @@ def test_5xx_and_lost_answers_are_retried_at_least_once_in_order(store: Store, v
 
 
 def test_a_poisoned_record_is_set_aside_and_the_rest_delivered(store: Store, vec: VectorEmulator) -> None:
+    """Only the record Vector cannot decode, refused alone POISON_STRIKES times, goes to the poison file,
+    with a spool.poison report naming its event_id; every other record is delivered, in order."""
     vec.poison("event_id", "e-00037")
     shipper = start_shipper(store, vec.url)
     try:
@@ -105,8 +108,31 @@ def test_a_poisoned_record_is_set_aside_and_the_rest_delivered(store: Store, vec
         assert ids(vec.records()) == [i for i in sent if i != "e-00037"]
         assert shipper.set_aside == 1
         [(_, type_, data)] = store.take_reports()
-        assert type_ == "spool.ship_rejected"
-        assert '"e-00037"' in data["record_prefix"] and data["seq"] > 0
+        assert type_ == "spool.poison"
+        assert data["event_id"] == "e-00037" and data["status"] == 400 and data["strikes"] == POISON_STRIKES
+        assert data["message"].startswith("Failed decoding body") and data["kept_in"] == "spool.poison"
+        [kept] = list(poison.read(str(Path(store.path).parent / "spool.poison")))
+        assert kept["event_id"] == "e-00037" and json.loads(kept["record"])["seq"] == 37
+        alone = [r for r in vec.requests("/events") if r["status"] == 400]
+        assert len(alone) >= POISON_STRIKES
+    finally:
+        shipper.stop()
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_a_failing_sink_keeps_every_record(store: Store, vec: VectorEmulator, status: int) -> None:
+    """400 "Contents failed to deliver to sink" / 500 "Error delivering contents to sink" are Kafka's trouble,
+    not the records': nothing is split off or set aside, everything goes once Kafka is back."""
+    vec.kafka_down(status)
+    shipper = start_shipper(store, vec.url)
+    try:
+        sent = write(store, 0, 120)
+        wait_for(lambda: vec.stats()["sink_failed_batches"] >= 20, 10, "many refusals by the sink")
+        assert shipper.set_aside == 0 and store.take_reports() == []
+        assert store.stats()["unshipped_records"] == 120
+        vec.kafka_up()
+        wait_for(lambda: drained(store), 10, "every record released")
+        assert ids(vec.records()) == sent and shipper.set_aside == 0
     finally:
         shipper.stop()
 

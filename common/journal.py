@@ -1,0 +1,202 @@
+"""A process's durable outbox: every event on disk before ``emit`` returns, until the spool acks it.
+
+Without it an event lives only in the emitting process's memory until the
+spool acknowledges it; a SIGKILL in that moment loses it. With it,
+``SpoolLink.emit`` appends the event as one line of JSON and fsyncs before it
+sends, and a restarted process replays every event it finds here (same
+event_id, source and seq), so "emitted" means "will reach the spool". The
+spool acknowledges a replay of an event it already holds without writing it
+twice (spool.intake's recent ids, seeded from the spool file at start).
+
+Acks are not written: the file is emptied when nothing is pending, and
+rewritten (temp file, fsync, rename) with only the pending events when it has
+grown past twice their size. An event acked but still here after a crash is
+replayed once more, which the spool dedupes.
+
+The file is under ``paths.state_dir`` (``outbox/<process>.journal``), never the
+runtime dir, which systemd deletes when the unit stops. One process owns it
+(an exclusive flock); a second one with the same name gets no journal and
+says so. Damage never stops a process: a torn last line (the crash came mid
+append, before ``emit`` returned) is ignored; a line that does not parse is
+skipped and counted; a disk that refuses the append leaves the event in memory
+only, counted -- ``errors`` lists what happened, for the owner to log and emit.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import ujson
+
+JOURNAL_DIR = "outbox"
+# Past this the file is rewritten with only what is pending (bounded by the Outbox's limit).
+COMPACT_MIN_BYTES = 256 << 10
+# Past this, even with no ack coming (the spool down for long), the file is rewritten with only the
+# pending events: the Outbox's limit (10,000 events, ~5 MB) then bounds it.
+MAX_BYTES = 16 << 20
+
+
+def journal_path(state_dir: str, process: str) -> str:
+    return os.path.join(state_dir, JOURNAL_DIR, f"{process}.journal")
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    return ujson.dumps(event, ensure_ascii=False, escape_forward_slashes=False).encode() + b"\n"
+
+
+def parse(data: bytes) -> tuple[list[dict[str, Any]], int, bool]:
+    """(events, lines that are not events, a torn last line) of a journal's bytes."""
+    lines = data.split(b"\n")
+    torn = bool(lines[-1])          # no newline after it: the append never finished
+    events, bad = [], 0
+    for line in lines[:-1]:
+        if not line.strip():
+            continue
+        try:
+            ev = ujson.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(ev, dict) and isinstance(ev.get("event_id"), str) and isinstance(ev.get("type"), str):
+            events.append(ev)
+        else:
+            bad += 1
+    return events, bad, torn
+
+
+class Journal:
+    """Append-and-fsync log of unacknowledged events; ``replayed`` holds what a previous run left."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+        self.size = 0
+        self.errors: list[dict[str, Any]] = []   # taken by the owner: logged and emitted
+        self.replayed: list[dict[str, Any]] = []
+        self.failed_appends = 0
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            self._error("open", e)
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self.fd)
+            self.fd = -1
+            self._error("locked", e)
+            return
+        self._load()
+
+    @property
+    def active(self) -> bool:
+        return self.fd >= 0
+
+    def append(self, event: dict[str, Any]) -> bool:
+        """Durably record one event (one write, one fdatasync); False if the disk refused."""
+        if self.fd < 0:
+            return False
+        line = encode(event)
+        try:
+            os.pwrite(self.fd, line, self.size)
+            os.fdatasync(self.fd)
+        except OSError as e:
+            self.failed_appends += 1
+            if self.failed_appends == 1:     # once per episode; the count goes with the next report
+                self._error("append", e)
+            try:
+                os.ftruncate(self.fd, self.size)   # no half line left behind for the next append
+            except OSError:
+                pass
+            return False
+        if self.failed_appends:
+            self.errors.append({"op": "append_recovered", "failed_appends": self.failed_appends,
+                                "path": self.path})
+            self.failed_appends = 0
+        self.size += len(line)
+        return True
+
+    def settle(self, pending: Mapping[str, tuple[float, dict[str, Any]]]) -> None:
+        """After acks (``pending``: the Outbox's): empty the file when nothing is pending; rewrite it
+        with only the pending events when it has grown past twice their size."""
+        if self.fd < 0 or not self.size:
+            return
+        try:
+            if not pending:
+                os.ftruncate(self.fd, 0)
+                self.size = 0
+            elif self.size > COMPACT_MIN_BYTES:
+                events = [ev for _, ev in pending.values()]
+                if self.size > 2 * sum(len(encode(e)) for e in events):
+                    self._rewrite(events)
+        except OSError as e:
+            self._error("compact", e)
+
+    def bound(self, pending: Mapping[str, tuple[float, dict[str, Any]]]) -> None:
+        """Keep the file within MAX_BYTES: rewrite it with the pending events only."""
+        if self.fd < 0 or self.size <= MAX_BYTES:
+            return
+        try:
+            self._rewrite([ev for _, ev in pending.values()])
+        except OSError as e:
+            self._error("compact", e)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _load(self) -> None:
+        try:
+            st = os.fstat(self.fd)
+            data = os.pread(self.fd, st.st_size, 0) if st.st_size else b""
+        except OSError as e:
+            self._error("read", e)
+            data = b""
+        events, bad, torn = parse(data)
+        self.size = len(data)
+        if bad:
+            self.errors.append({"op": "corrupt", "path": self.path, "bad_lines": bad,
+                                "replayed": len(events)})
+        if torn or bad:
+            # Start from a clean file holding only the good events: no fragment ahead of new appends.
+            try:
+                self._rewrite(events)
+            except OSError as e:
+                self._error("repair", e)
+        self.replayed = events
+
+    def _rewrite(self, events: list[dict[str, Any]]) -> None:
+        body = b"".join(encode(e) for e in events)
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        os.replace(tmp, self.path)
+        os.close(self.fd)
+        self.fd, self.size = fd, len(body)
+        _fsync_dir(os.path.dirname(self.path))
+
+    def _error(self, op: str, e: OSError) -> None:
+        self.errors.append({"op": op, "path": self.path, "errno": e.errno, "error": str(e)[:300]})
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
