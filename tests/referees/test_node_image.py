@@ -82,7 +82,7 @@ def test_the_installed_config_loads(node_image):
 def test_scripts_name_the_node_path_never_the_build_root(node_image):
     bindir = node_image + PREFIX + "/bin"
     for name in ("supervisord", "supervisorctl", "sco-agentctl", "sco-watcher", "sco-executor",
-                 "sco-verifier", "sco-spool", "sco-listener", "sco-checkpoint"):
+                 "sco-verifier", "sco-spool", "sco-checkpoint"):
         with open(os.path.join(bindir, name), "rb") as f:
             assert f.readline() == f"#!{PREFIX}/bin/python\n".encode(), name
         assert os.access(os.path.join(bindir, name), os.X_OK)
