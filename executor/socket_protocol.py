@@ -261,7 +261,8 @@ class AgentProtocol:
     def _send_notice(self, conn: int, c: _Conn, now: float, keep_ack: bool) -> Send:
         if not keep_ack:
             c.acked, c.sent_at = None, now
-        assert self._notice is not None   # only called while a notice is active
+        if self._notice is None:   # only called while a notice is active
+            raise RuntimeError("_send_notice without an active notice")
         c.sent_id = self._notice["id"]
         self._count("notices_sent")
         return Send(conn, self._notice_line)
