@@ -56,10 +56,14 @@ OWN_PACKAGES = ("watcher", "executor", "verifier", "spool", "supervisord_plugins
 
 # Imported once in supervisord and shared by every forked worker: what at least two
 # workers import anyway (tests/repo/test_import_sets.py keeps the per-process sets honest).
+# Only what several workers share pays: a module one worker uses costs the same pages
+# imported there, and preloaded each page that worker writes is held twice (measured,
+# docs/footprint.md: preloading every worker's code and nats-py added 1.3-3.6 MiB).
 PRELOAD = (
-    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses", "subprocess",
-    "common.config", "common.events", "common.fsutil", "common.ipc", "common.log",
+    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses", "subprocess", "heapq",
+    "common.config", "common.events", "common.fsutil", "common.ipc", "common.log", "common.loop",
     "common.notice", "common.contract", "common.runtime", "common.timefmt", "common.http",
+    "common.state_file", "common.wire",
 )
 
 # The console script pip writes: "from spool.__main__ import main".

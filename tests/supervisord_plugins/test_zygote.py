@@ -294,3 +294,31 @@ def test_a_failed_preload_or_a_changed_supervisor_leaves_exec_alone():
         options = object()
 
     assert "no options.execve" in make_rpcinterface(Bare(), events="off").getState()["error"]
+
+
+def test_the_preload_has_no_side_effect():
+    """What supervisord imports for the workers opens nothing, starts no thread, sets no signal
+    handler: importing a worker's code must not do what only its main() may."""
+    code = r"""
+import json, os, signal, sys, threading
+def state():
+    return {"fds": sorted(os.listdir("/proc/self/fd")), "threads": threading.active_count(),
+            "signals": {s.name: repr(signal.getsignal(s)) for s in signal.valid_signals()
+                        if s not in (signal.SIGKILL, signal.SIGSTOP) and s < 32}}
+before = state()
+import importlib
+from supervisord_plugins.zygote import PRELOAD
+for name in PRELOAD:
+    importlib.import_module(name)
+after = state()
+print(json.dumps({"before": before, "after": after, "modules": len(sys.modules)}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=REPO),
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    assert r["after"]["threads"] == r["before"]["threads"] == 1
+    assert r["after"]["signals"] == r["before"]["signals"]
+    # /proc/self/fd lists the descriptor of its own listing too: compare the counts.
+    assert len(r["after"]["fds"]) == len(r["before"]["fds"])
+    assert r["modules"] > 100
