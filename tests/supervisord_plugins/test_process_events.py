@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import xmlrpc.client
 
 import pytest
@@ -22,7 +21,7 @@ from common.config import build
 from common.log import Logger
 from supervisord_plugins import process_events
 from supervisord_plugins.process_events import Forwarder, event_data
-from tests.supervisord_plugins.test_zygote import write_script
+from tests.supervisord_plugins.test_zygote import HEAD, write_script
 from tests.support.agent_rig import REPO, write_config
 from tests.support.fake_spool import FakeSpool
 from tests.support.procutil import stop_pid
@@ -67,21 +66,7 @@ def test_a_bad_configuration_leaves_supervisord_running_without_forwarding(tmp_p
     assert forwarder is None and "not valid TOML" in error
 
 
-CONF = """
-[unix_http_server]
-file={d}/sup.sock
-[supervisord]
-nodaemon=true
-logfile={d}/supervisord.log
-pidfile={d}/supervisord.pid
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-[rpcinterface:zygote]
-supervisor.rpcinterface_factory = supervisord_plugins.zygote:make_rpcinterface
-packages = tests
-config = {config}
-[supervisorctl]
-serverurl=unix://{d}/sup.sock
+CONF = HEAD + """
 [program:worker]
 command={d}/bin/probe-worker
 startsecs=0
@@ -111,7 +96,7 @@ class Rig:
         write_script(os.path.join(d, "bin", "probe-worker"), sys.executable)
         self.conf = os.path.join(d, "supervisord.conf")
         with open(self.conf, "w") as f:
-            f.write(textwrap.dedent(CONF.format(d=d, config=config, python=sys.executable)))
+            f.write(CONF.format(d=d, zygote=f"config = {config}", python=sys.executable))
         self.env = dict(os.environ, PYTHONPATH=REPO)
         self.proc = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", self.conf],
                                      env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

@@ -25,7 +25,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = "#!{python}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module} import main\n" \
          "if __name__ == '__main__':\n    sys.exit(main())\n"
 
-CONF = """
+# supervisord with the zygote for the test probes; {zygote} adds keys to its section.
+HEAD = """
 [unix_http_server]
 file={d}/sup.sock
 
@@ -40,11 +41,13 @@ supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 [rpcinterface:zygote]
 supervisor.rpcinterface_factory = supervisord_plugins.zygote:make_rpcinterface
 packages = tests
-preload = zygote_stale
+{zygote}
 
 [supervisorctl]
 serverurl=unix://{d}/sup.sock
+"""
 
+CONF = HEAD + """
 [program:a]
 command={d}/bin/probe-a --flag x
 environment=PROBE_VAR="from-a"
@@ -136,7 +139,7 @@ def start_supervisor(d: str) -> Supervisor:
     # Another interpreter line than supervisord's: must be exec'd, not run in place.
     write_script(os.path.join(d, "bin", "probe-other"), sys.executable + " -u")
     with open(os.path.join(d, "supervisord.conf"), "w") as f:
-        f.write(CONF.format(d=d))
+        f.write(CONF.format(d=d, zygote="preload = zygote_stale"))
     return Supervisor(d)
 
 
