@@ -165,5 +165,5 @@ def test_a_started_worker_runs_optimized_on_the_installed_opt2_pyc(node_image, w
     assert len(loaded) > 50, lines[-50:]
     assert any(f"/{worker.removeprefix('sco-')}/__pycache__/" in p for p in loaded), loaded
     assert [p for p in loaded if not p.endswith(".opt-2.pyc")] == []   # no source compiled, no level-0 pyc
-    assert [line for line in lines if line.startswith(("# wrote ", "# could not write", "# bytecode is stale"))] \
+    assert [line for line in lines if line.startswith(("# created ", "# wrote ", "# could not write", "# bytecode is stale"))] \
         == []
