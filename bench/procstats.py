@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from collections.abc import Iterator
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -38,9 +39,11 @@ def memory_kib(pid: int) -> dict[str, int]:
     }
 
 
-def page_frames(pid: int) -> set[int]:
-    """Physical frame numbers of every resident page of ``pid`` (empty without the privilege)."""
-    frames: set[int] = set()
+def resident(pid: int) -> Iterator[tuple[int, str]]:
+    """(physical frame number, its /proc/PID/maps line) of every resident page of ``pid``.
+
+    Nothing without the privilege to read pagemap (frame numbers read as 0).
+    """
     try:
         with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
             for line in maps:
@@ -51,10 +54,41 @@ def page_frames(pid: int) -> set[int]:
                 pagemap.seek(lo // PAGE * 8)
                 for (entry,) in struct.iter_unpack("<Q", pagemap.read((hi - lo) // PAGE * 8)):
                     if entry & _PRESENT and entry & _PFN:
-                        frames.add(entry & _PFN)
+                        yield entry & _PFN, line
     except OSError:
-        return set()
-    return frames
+        return
+
+
+def page_frames(pid: int) -> set[int]:
+    """Physical frame numbers of every resident page of ``pid`` (empty without the privilege)."""
+    return {frame for frame, _ in resident(pid)}
+
+
+def _mapping_kind(line: str) -> str:
+    """What a /proc/PID/maps line maps, as the composition table names it."""
+    parts = line.split(maxsplit=5)
+    name = parts[5].strip() if len(parts) > 5 else ""
+    if not name or (name.startswith("[") and name not in ("[vdso]", "[vvar]")):
+        return "heap (anonymous, [heap], [stack])"
+    return os.path.basename(name)
+
+
+def composition(pids: dict[str, int], top: int = 14) -> str:
+    """Distinct resident pages of all ``pids`` by what maps them: each page counted once, under the
+    first mapping seen (the Python heaps are anonymous; a library's pages are its file's)."""
+    kinds: dict[int, str] = {}
+    for pid in pids.values():
+        for frame, line in resident(pid):
+            if frame not in kinds:
+                kinds[frame] = _mapping_kind(line)
+    totals: dict[str, int] = {}
+    for kind in kinds.values():
+        totals[kind] = totals.get(kind, 0) + 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    rows = [f"  {kind:<40} {n * PAGE / 2**20:6.1f}" for kind, n in ranked[:top]]
+    rest = sum(n for _, n in ranked[top:])
+    rows.append(f"  {'(the rest)':<40} {rest * PAGE / 2**20:6.1f}")
+    return "\n".join(rows)
 
 
 def distinct_mib(pids: dict[str, int]) -> float:
@@ -63,6 +97,13 @@ def distinct_mib(pids: dict[str, int]) -> float:
     for pid in pids.values():
         frames |= page_frames(pid)
     return len(frames) * PAGE / 2**20
+
+
+def threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 def cpu_ticks(pid: int) -> int:
@@ -111,19 +152,19 @@ def millicores(pids: dict[str, int], seconds: float) -> dict[str, float]:
 def table(pids: dict[str, int],
           cpu: dict[str, tuple[float, float]] | None = None) -> tuple[str, dict[str, float]]:
     """A printable table and the totals in MiB; ``cpu`` is what ``activity`` returned."""
-    rows = ["process       PSS MiB   USS MiB   RSS MiB   millicores  wake-ups/s"]
+    rows = ["process       PSS MiB   USS MiB   RSS MiB  threads   millicores  wake-ups/s"]
     total = {"pss": 0.0, "uss": 0.0, "rss": 0.0, "millicores": 0.0, "wakeups": 0.0}
     for name, pid in pids.items():
         m = memory_kib(pid)
         mc, wk = (cpu or {}).get(name, (0.0, 0.0))
         rows.append(f"{name:<12} {m['pss'] / 1024:8.1f}  {m['uss'] / 1024:8.1f}  {m['rss'] / 1024:8.1f}"
-                    f"   {mc:8.2f}  {wk:10.1f}")
+                    f"  {threads(pid):7d}   {mc:8.2f}  {wk:10.1f}")
         for k in ("pss", "uss", "rss"):
             total[k] += m[k] / 1024
         total["millicores"] += mc
         total["wakeups"] += wk
     rows.append(f"{'TOTAL':<12} {total['pss']:8.1f}  {total['uss']:8.1f}  {total['rss']:8.1f}"
-                f"   {total['millicores']:8.2f}  {total['wakeups']:10.1f}")
+                f"  {'':7}   {total['millicores']:8.2f}  {total['wakeups']:10.1f}")
     total["distinct"] = distinct_mib(pids)
     rows.append(f"distinct resident pages of the agent (each shared page once): {total['distinct']:.1f} MiB")
     return "\n".join(rows), {k: round(v, 2) for k, v in total.items()}

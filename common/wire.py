@@ -252,7 +252,8 @@ class DrainRecord:
         why = _problem(d)
         if why:
             raise BadRecord(why)
-        assert isinstance(d, dict)
+        if not isinstance(d, dict):   # _problem refuses a non-object; said again for the type checker
+            raise BadRecord("not an object")
         memo = {k: v for k, v in d.items() if k not in _OWN}
         why = memo_problem(memo) if memo_problem is not None else ""
         if why:

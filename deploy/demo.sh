@@ -12,5 +12,6 @@ fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
 "$VENV/bin/pip" install -q --disable-pip-version-check ".[test]"
+deploy/compile-pyc.sh "$VENV/bin/python" 2 common watcher executor verifier spool supervisord_plugins
 export PATH="$VENV/bin:$PATH"
 exec "$VENV/bin/python" -m tests.demo "$@"

@@ -294,7 +294,8 @@ class AgentProtocol:
     # -- helpers --------------------------------------------------------------
 
     def _send_notice(self, conn: int, c: _Conn, line: bytes, now: float) -> Send:
-        assert self._governing is not None   # only called while a notice drains
+        if self._governing is None:   # only called while a notice drains
+            raise RuntimeError("_send_notice without a governing notice")
         c.sent = self._governing
         c.told.setdefault(c.sent["id"], now)  # latency counts from the first time it was sent
         self._count("notices_sent")

@@ -46,17 +46,24 @@ import os
 import re
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from supervisord_plugins import process_events
 
 # Packages whose console scripts may run in place: those of the programs in supervisord.conf, nothing else.
 OWN_PACKAGES = ("watcher", "executor", "verifier", "spool", "supervisord_plugins")
 
 # Imported once in supervisord and shared by every forked worker: what at least two
 # workers import anyway (tests/repo/test_import_sets.py keeps the per-process sets honest).
+# Only what several workers share pays: a module one worker uses costs the same pages
+# imported there, and preloaded each page that worker writes is held twice (measured,
+# docs/footprint.md: preloading every worker's code and nats-py added 1.3-3.6 MiB).
 PRELOAD = (
-    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses", "subprocess",
-    "common.config", "common.events", "common.fsutil", "common.ipc", "common.log",
+    "zmq", "ujson", "tomllib", "socket", "signal", "dataclasses", "subprocess", "heapq",
+    "common.config", "common.events", "common.fsutil", "common.ipc", "common.log", "common.loop",
     "common.notice", "common.contract", "common.runtime", "common.timefmt", "common.http",
+    "common.state_file", "common.wire",
 )
 
 # The console script pip writes: "from spool.__main__ import main".
@@ -73,22 +80,50 @@ _RESET = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.
 class Zygote:
     """The XML-RPC namespace supervisord exposes for it (``zygote.getState``): what it preloaded."""
 
-    def __init__(self, preloaded: dict[str, int], error: str) -> None:
+    def __init__(self, preloaded: dict[str, int], error: str,
+                 forwarder: process_events.Forwarder | None = None, events_error: str = "") -> None:
         self.preloaded = preloaded
         self.error = error
+        self.forwarder = forwarder
+        self.events_error = events_error
 
     def getState(self) -> dict[str, Any]:  # camelCase: the XML-RPC convention supervisor uses
+        events = self.forwarder.state() if self.forwarder is not None else {}
         return {"installed": not self.error, "error": self.error, "modules": len(self.preloaded),
-                "python": sys.executable}
+                "python": sys.executable, "events": events, "events_error": self.events_error}
 
 
-def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", **config: str) -> Zygote:
+def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", config: str = "",
+                      events: str = "on", **extra: str) -> Zygote:
     """The ``supervisor.rpcinterface_factory`` of ``[rpcinterface:zygote]``.
 
     Optional keys of that section (supervisord passes them here): ``packages``, the
     top-level packages whose console scripts run in place (default ``OWN_PACKAGES``);
-    ``preload``, more modules to pre-import after ``PRELOAD``. Both space-separated.
+    ``preload``, more modules to pre-import after ``PRELOAD``, both space-separated;
+    ``config``, the agent configuration the process events are forwarded with (default
+    ``$SCO_AGENT_CONFIG``); ``events = off`` to forward none (supervisord_plugins/process_events.py).
     """
+    # The preload first: it records the files of what it imports (the stale-module check),
+    # and the event forwarder imports some of the same modules.
+    zygote = _make_zygote(supervisord, packages, preload)
+    if events != "off":
+        try:
+            forwarding = importlib.import_module("supervisord_plugins.process_events")
+            zygote.forwarder, zygote.events_error = forwarding.install(supervisord, config)
+        except Exception as e:  # noqa: BLE001 -- an error here would stop supervisord from starting
+            zygote.events_error = f"process events not forwarded: {type(e).__name__}: {e}"
+        if zygote.events_error:
+            _say(supervisord, zygote.events_error)
+    return zygote
+
+
+def _say(supervisord: Any, message: str) -> None:
+    logger = getattr(getattr(supervisord, "options", None), "logger", None)
+    if logger is not None:
+        logger.warn(f"zygote: {message}")  # noqa: G010 -- supervisor's Logger has warn(), not warning()
+
+
+def _make_zygote(supervisord: Any, packages: str, preload: str) -> Zygote:
     own = tuple(packages.split()) or OWN_PACKAGES
     try:
         before = set(sys.modules)

@@ -21,6 +21,9 @@ fi
 echo "== pip install -e .[test]"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
 "$VENV/bin/pip" install -q --disable-pip-version-check ".[test]"
+# The agent runs with -OO (the unit's PYTHONOPTIMIZE=2): .opt-2.pyc for the venv, its standard
+# library and the checkout the rigs run, as a node's are compiled at install.
+deploy/compile-pyc.sh "$VENV/bin/python" 2 common watcher executor verifier spool supervisord_plugins
 
 # Real components the end-to-end tiers use, installed by the project's own scripts.
 if [ -x tests/rigs/slurm/install.sh ] || [ -f tests/rigs/slurm/install.sh ]; then

@@ -177,7 +177,8 @@ class Watcher:
         if rnd.error is not None:
             self._metadata_error(source, rnd.error, now)
             return
-        assert rnd.result is not None
+        if rnd.result is None:   # a round ends with an error or a result
+            raise RuntimeError("metadata round ended with neither a result nor an error")
         for e in rnd.result.errors:
             self._metadata_error(source, e, now)
         if self.metadata_failing and not rnd.result.errors:

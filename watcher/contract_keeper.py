@@ -69,7 +69,8 @@ class ContractKeeper:
 
     @property
     def contract(self) -> Contract:
-        assert self.state is not None, "load() first"
+        if self.state is None:
+            raise RuntimeError("ContractKeeper.contract read before load()")
         return self.state.contract
 
     def load(self) -> Contract:

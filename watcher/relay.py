@@ -23,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from common.config import Config
 from common.notice import relay_subjects
+from watcher.nats_import import import_nats
 
 RECONNECT_WAIT_S = 1.0        # the relay is the fast channel: come back quickly
 RESTART_BACKOFF_MAX_S = 30.0
@@ -82,16 +82,6 @@ def connect_options(config: Config, on_status: Status, closed: asyncio.Event) ->
 
         options["user_jwt_cb"], options["signature_cb"] = callbacks(config.relay.credentials_file)
     return options
-
-
-def import_nats(servers: list[str]) -> Any:
-    if not any(s.startswith(("ws://", "wss://")) for s in servers):
-        # None in sys.modules makes `import aiohttp` fail at once (the documented way to block an
-        # import), so nats-py, with no websocket server to reach, does not load it.
-        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # typeshed: modules only
-    import nats  # only the watcher pays for nats-py
-
-    return nats
 
 
 async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],

@@ -95,10 +95,20 @@ if [ -n "$ROOT" ]; then
     # the path the node will see. (bin/python is a symlink to the base interpreter: unchanged.)
     grep -rlI --null -F "$VENV" "$VENV/bin" "$VENV/pyvenv.cfg" | xargs -0 -r sed -i "s|$VENV|$PREFIX|g"
 fi
-say "compiling .pyc (optimisation level $OPTIMIZE, as the unit runs)"
-COMPILE=(-q -f -j 0 -o "$OPTIMIZE")
+say "compiling .pyc (optimisation level $OPTIMIZE, as the unit runs, and 0 for sco-agentctl)"
+# Both levels: the unit's for the agent, 0 for an operator's shell (sco-agentctl, supervisorctl).
+COMPILE=(-q -f -j 0 -o 0 -o "$OPTIMIZE")
 [ -n "$ROOT" ] && COMPILE+=(-s "$ROOT" -p /)
 "$VENV/bin/python" -m compileall "${COMPILE[@]}" "$VENV/lib" >/dev/null
+# The standard library the venv runs on: a distribution ships its .pyc for level 0 only, and
+# without the unit's level every start would compile asyncio, tomllib, email... (+20 MiB, research).
+# The image's own copy when building into --root with the image's python, else the interpreter's.
+STDLIB=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')
+if [ -n "$ROOT" ] && [ -d "$ROOT$STDLIB" ]; then
+    "$VENV/bin/python" -m compileall -q -j 0 -o "$OPTIMIZE" -s "$ROOT" -p / "$ROOT$STDLIB" >/dev/null || true
+else
+    "$VENV/bin/python" -m compileall -q -j 0 -o "$OPTIMIZE" "$STDLIB" >/dev/null || true
+fi
 
 say "unit, configuration, trust directory, drop-ins"
 put 0644 "$UNIT_SRC" /etc/systemd/system/sco-agent.service

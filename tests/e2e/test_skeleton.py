@@ -59,7 +59,7 @@ def test_sigkill_of_each_process_leaves_the_others_and_is_restarted(stack):
             if other != program:
                 assert after[other] == pid, f"{other} changed PID when {program} was killed"
                 assert pid_alive(pid)
-    # The event listener recorded each unexpected exit in the spool.
+    # supervisord (its process-events plugin) recorded each unexpected exit in the spool.
     def exits() -> set[str]:
         return {e["data"].get("program") for e in stack.events_of("agent.process_exited")
                 if e["data"].get("expected") is False}

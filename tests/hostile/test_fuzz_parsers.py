@@ -1,13 +1,12 @@
 """The remaining parsers of outside input, each fed anything: a result, or its own clear error.
 
 Configuration file, NATS credentials, trust-directory keys, supervisord's
-listener protocol, Slurm's command output and job environments (a workload
+process-event payloads, Slurm's command output and job environments (a workload
 controls its own environment), Vector's Retry-After, and the Kubernetes API's
 pod and PDB objects as the drain plan reads them.
 """
 from __future__ import annotations
 
-import io
 import os
 import string
 
@@ -23,7 +22,7 @@ from executor.kube.pod_filters import pods_that_count
 from executor.slurm import cli as slurm
 from executor.slurm import local as slurm_local
 from spool.shipping import retry_after_s
-from supervisord_plugins import listener
+from supervisord_plugins import process_events
 from tests.executor.kube.podspecs import pdb, pod
 from tests.support.fuzzing import fuzz, json_values, mutated
 from watcher import nats_creds
@@ -117,34 +116,26 @@ def test_trust_dir_key_file(data):
         assert str(e)
 
 
-# -- supervisord's event listener protocol ------------------------------------------------------
+# -- supervisord's process-state events (forwarded from inside supervisord) -----------------------
 
-headers = st.builds(lambda name, length, extra: f"ver:3.0 server:s serial:1 pool:listener poolserial:1 "
-                                                f"eventname:{name} len:{length}{extra}\n",
-                    st.sampled_from(["PROCESS_STATE_EXITED", "PROCESS_STATE_FATAL", "TICK_5", ""]),
-                    st.sampled_from(["0", "5", "64", "²", "-1", "99999999", "x"]), st.text(max_size=10))
+names = st.sampled_from(["PROCESS_STATE_EXITED", "PROCESS_STATE_FATAL", "PROCESS_STATE_RUNNING", "TICK_5", ""])
 payloads = st.builds(lambda pid, rest: f"processname:watcher groupname:watcher from_state:RUNNING "
                                        f"expected:0 pid:{pid}{rest}",
-                     st.sampled_from(["123", "²", "", "-4", "9" * 30]), st.text(max_size=20))
+                     st.sampled_from(["123", "\u00b2", "", "-4", "9" * 30]), st.text(max_size=20))
 
 
 @fuzz(200)
-@given(st.lists(st.tuples(headers | st.text(max_size=40), payloads | st.text(max_size=60)), min_size=1, max_size=3))
-@example([("eventname:PROCESS_STATE_EXITED len:54\n", "processname:w groupname:w from_state:RUNNING pid:²")])
-def test_listener_protocol(events):
-    """What supervisord writes: every event acknowledged 'OK', or a ProtocolError (the listener exits
-    and supervisord restarts it) -- never another exception, never anything else on stdout."""
-    stdin = io.StringIO("".join(h + p for h, p in events))
-    out = io.StringIO()
-    seen = []
-    try:
-        while listener.handle(stdin, out, lambda t, d: seen.append(d)):
-            pass
-    except listener.ProtocolError:
-        pass
-    assert set(out.getvalue().split(listener.OK)) <= {""}
-    for d in seen:
-        assert d.get("pid") is None or isinstance(d["pid"], int)
+@given(names, payloads | st.text(max_size=60))
+@example("PROCESS_STATE_EXITED", "processname:w groupname:w from_state:RUNNING pid:\u00b2")
+def test_process_event_payloads(name, payload):
+    """Whatever supervisor's payload text holds: data for a watched event, None for another, never
+    an exception (it runs inside supervisord's loop), and the pid an int or None."""
+    data = process_events.event_data(name, payload)
+    if name not in process_events.WATCHED:
+        assert data is None
+        return
+    assert data is not None and data["state"] == process_events.WATCHED[name]
+    assert data.get("pid") is None or isinstance(data["pid"], int)
 
 
 # -- Slurm: command output, and the environments of processes on the node ----------------------

@@ -20,7 +20,7 @@ from common import ipc
 from tests.support.agent_rig import REPO, write_config
 from tests.support.wait import wait_for
 
-PROGRAMS = ("watcher", "executor", "verifier", "spool", "supervisord_plugins.listener")
+PROGRAMS = ("watcher", "executor", "verifier", "spool")
 
 
 def agent_config(base: Path, **sections: dict) -> Path:

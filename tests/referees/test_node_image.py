@@ -16,6 +16,7 @@ import pytest
 from common.config import load
 from tests.referees.tools import referee, run
 from tests.support.agent_rig import REPO
+from tests.support.wait import wait_for
 
 PREFIX = "/opt/sco-agent"
 UNIT = "/etc/systemd/system/sco-agent.service"
@@ -34,6 +35,12 @@ DIRS = {"/etc/sco-agent": 0o755, "/etc/sco-agent/trust": 0o755, "/etc/kubernetes
 def unit_value(key: str) -> str:
     with open(os.path.join(REPO, "deploy", "systemd", "sco-agent.service")) as f:
         return next(line.split("=", 1)[1].strip() for line in f if line.startswith(f"{key}="))
+
+
+def unit_env(name: str) -> str:
+    """The value of the unit's ``Environment=NAME=value`` line ("" if it has none)."""
+    with open(os.path.join(REPO, "deploy", "systemd", "sco-agent.service")) as f:
+        return next((line.split("=", 2)[2].strip() for line in f if line.startswith(f"Environment={name}=")), "")
 
 
 def test_the_prefix_is_the_units():
@@ -82,7 +89,7 @@ def test_the_installed_config_loads(node_image):
 def test_scripts_name_the_node_path_never_the_build_root(node_image):
     bindir = node_image + PREFIX + "/bin"
     for name in ("supervisord", "supervisorctl", "sco-agentctl", "sco-watcher", "sco-executor",
-                 "sco-verifier", "sco-spool", "sco-listener", "sco-checkpoint"):
+                 "sco-verifier", "sco-spool", "sco-checkpoint"):
         with open(os.path.join(bindir, name), "rb") as f:
             assert f.readline() == f"#!{PREFIX}/bin/python\n".encode(), name
         assert os.access(os.path.join(bindir, name), os.X_OK)
@@ -92,9 +99,8 @@ def test_scripts_name_the_node_path_never_the_build_root(node_image):
 
 
 def test_every_module_has_its_pyc_for_the_units_optimisation_level(node_image):
-    level = "0"   # the unit sets no PYTHONOPTIMIZE (README: Footprint); install.sh reads it from the unit
-    with open(os.path.join(REPO, "deploy", "systemd", "sco-agent.service")) as f:
-        assert "PYTHONOPTIMIZE" not in f.read()
+    level = unit_env("PYTHONOPTIMIZE")   # install.sh reads it from the unit too
+    assert level == "2"
     site = glob.glob(os.path.join(node_image + PREFIX, "lib", "python3*", "site-packages"))[0]
     sources = glob.glob(site + "/**/*.py", recursive=True)
     assert len(sources) > 500
@@ -120,3 +126,44 @@ def test_the_venv_runs_sco_agentctl_from_the_root_on_its_own_pyc(node_image):
     assert any(p.endswith(f"/agentctl/__pycache__/__main__.{sys.implementation.cache_tag}.pyc") for p in loaded), loaded
     assert [p for p in loaded if not p.endswith(".pyc")] == []          # none compiled from source now
     assert [line for line in res.stderr.splitlines() if line.startswith("# wrote ")] == []
+
+
+WORKERS = ("sco-spool", "sco-verifier", "sco-executor", "sco-watcher")
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_a_started_worker_runs_optimized_on_the_installed_opt2_pyc(node_image, worker, tmp_path):
+    """As the unit runs it (PYTHONOPTIMIZE=2, may write bytecode): every module the worker loads comes
+    from a valid .opt-2.pyc that install.sh compiled -- the venv's and the standard library's -- and
+    none is compiled (-v says, per module, where its code came from and whether a .pyc was written)."""
+    from tests.support.agent_rig import write_config
+
+    venv = node_image + PREFIX
+    config = str(tmp_path / "agent.toml")
+    write_config(config, {"node": {"name": "node-a", "hall": "h1", "scheduler": "none"},
+                          "paths": {"runtime_dir": str(tmp_path / "run"), "state_dir": str(tmp_path / "state")},
+                          "agent_socket": {"path": str(tmp_path / "run" / "agent.sock")},
+                          "relay": {"servers": []}, "metadata": {"provider": "none"},
+                          "contract": {"trust_dir": str(tmp_path / "trust"),
+                                       "launch_path": str(tmp_path / "launch.json")}})
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONOPTIMIZE": "2", "PYTHONVERBOSE": "1"}
+    err = tmp_path / "stderr"
+    with open(err, "wb") as f:
+        proc = subprocess.Popen([venv + "/bin/python", venv + "/bin/" + worker, "--config", config],
+                                cwd="/", env=env, stdout=subprocess.DEVNULL, stderr=f)
+    try:
+        # Up and through its first loop pass: process.started is logged before the loop.
+        wait_for(lambda: '"process.started"' in err.read_text(errors="replace") or proc.poll() is not None,
+                 60, f"{worker} started")
+        assert proc.poll() is None, err.read_text(errors="replace")[-3000:]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    lines = err.read_text(errors="replace").splitlines()
+    loaded = [line.split("'")[1] if "'" in line else line.split()[-1]
+              for line in lines if line.startswith("# code object from ")]
+    assert len(loaded) > 50, lines[-50:]
+    assert any(f"/{worker.removeprefix('sco-')}/__pycache__/" in p for p in loaded), loaded
+    assert [p for p in loaded if not p.endswith(".opt-2.pyc")] == []   # no source compiled, no level-0 pyc
+    assert [line for line in lines if line.startswith(("# created ", "# wrote ", "# could not write", "# bytecode is stale"))] \
+        == []

@@ -39,7 +39,7 @@ config = build({
 ipc.ensure_runtime_dir(config.paths.runtime_dir)
 ctx = zmq.Context()
 log = Logger(name, stream=open(os.devnull, "w"))
-if name == "listener":
+if name == "process_events":
     from common.runtime import SpoolLink
     SpoolLink(ctx, config, name, log)
 else:
@@ -59,7 +59,8 @@ NO_HTTP = {"http.client", "ssl", "email", "common.http"}
 
 PROCESSES = {
     # process: (main module, forbidden modules)
-    "listener": ("supervisord_plugins.listener", EVERYWHERE | NOT_WATCHER | NO_HTTP | {"dataclasses", "inspect"}),
+    # What supervisord adds to forward process events (it has preloaded PRELOAD anyway).
+    "process_events": ("supervisord_plugins.process_events", EVERYWHERE | NOT_WATCHER | NO_HTTP),
     "spool": ("spool.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
     "verifier": ("verifier.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
     "executor": ("executor.__main__", EVERYWHERE | NOT_WATCHER),
@@ -105,5 +106,5 @@ def test_the_executor_imports_its_own_scheduler_only(scheduler, tmp_path):
 
 def test_the_check_sees_a_heavy_import(tmp_path):
     # The harness itself: a module known to pull http.client is reported.
-    loaded = modules_of("listener", "common.http", tmp_path)
+    loaded = modules_of("process_events", "common.http", tmp_path)
     assert "http.client" in loaded and "ssl" in loaded

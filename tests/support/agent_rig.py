@@ -16,7 +16,7 @@ from tests.support.procutil import pid_alive, stop_pid, venv_tool
 from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROGRAMS = ("spool", "watcher", "executor", "verifier", "listener")
+PROGRAMS = ("spool", "watcher", "executor", "verifier")
 
 
 def toml_value(v: Any) -> str:

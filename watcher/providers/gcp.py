@@ -174,11 +174,13 @@ class Source(BaseSource):
             if parked is None or parked.value is None:
                 raise
             return parked.value
-        assert body is not None   # fetch returns None only with missing_ok
+        if body is None:   # fetch returns None only with missing_ok
+            raise MetadataError("no_body", key)
         return body.decode("ascii", "replace")
 
     def _start_long_polls(self) -> None:
-        assert self.wake is not None
+        if self.wake is None:
+            raise RuntimeError("long polls started before the wake-up callback was set")
         m = self.config.metadata
         for key in (PREEMPTED, MAINTENANCE):
             http = HttpClient(m.url, timeout_s=m.timeout_s, max_body=m.max_body)

@@ -1,0 +1,106 @@
+"""Import nats-py without the parts the watcher never runs (docs/footprint.md: -4 MiB in the watcher).
+
+nats-py's client module imports, at import time, three things the relay subscription
+never uses (nats-py 2.16.0, nats/aio/client.py):
+
+- ``nats.js``: JetStream, key-value and object store (``nats.js.client``, ``kv``,
+  ``object_store``, ``manager``, ``api``), with what they import (uuid, hashlib's hmac,
+  email.parser...). The core client touches it only through ``nats.js.api.Header`` when a
+  message carries headers, and through ``jetstream()``. A stand-in module takes its place;
+  the first attribute read imports the real one, so a message with headers still works.
+- ``importlib.metadata``, only to read nats-py's own version for the CONNECT line
+  (``version("nats-py")``): 1.9 MiB (email, zipfile, csv, pathlib, tempfile...). A stand-in
+  answers that one question from the ``nats_py-*.dist-info`` directory name while nats
+  is imported, and is removed again, so any later import gets the real module.
+- ``aiohttp``, for websocket servers only: blocked unless a ``ws://`` server is configured
+  (None in sys.modules makes the import fail at once, the documented way to block one).
+
+Where a part is not found (another nats-py layout) it is imported as nats-py does: more
+memory, same behaviour. tests/watcher/test_nats_import.py pins what is and is not loaded.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+from typing import Any
+
+DISTRIBUTION = "nats-py"
+
+
+def import_nats(servers: list[str]) -> Any:
+    """The ``nats`` package, imported lean; the same object ``import nats`` gives."""
+    if "nats" in sys.modules:
+        return sys.modules["nats"]
+    if not any(s.startswith(("ws://", "wss://")) for s in servers):
+        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # typeshed: modules only
+    spec = importlib.util.find_spec("nats")   # a top-level spec: found, not executed
+    location = list(spec.submodule_search_locations or []) if spec is not None else []
+    lazy = _lazy_module("nats.js", location)
+    stand_in = _metadata_stand_in(location)
+    if lazy is not None:
+        sys.modules["nats.js"] = lazy
+    if stand_in is not None:
+        sys.modules["importlib.metadata"] = stand_in
+    try:
+        import nats  # only the watcher pays for nats-py
+    except BaseException:
+        if lazy is not None and sys.modules.get("nats.js") is lazy:
+            del sys.modules["nats.js"]
+        raise
+    finally:
+        if stand_in is not None and sys.modules.get("importlib.metadata") is stand_in:
+            del sys.modules["importlib.metadata"]
+    if lazy is not None and getattr(nats, "js", None) is None:
+        nats.js = lazy   # what the import system sets on the parent for a loaded submodule
+    return nats
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module until an attribute it lacks is read; then imports the real one.
+
+    Not ``importlib.util.LazyLoader``: the import system reads ``__spec__`` of every module
+    it finds in sys.modules (``import nats.js`` in nats-py does), which would run a lazily
+    loaded module at once.
+    """
+
+    def __getattr__(self, attr: str) -> Any:
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        real = importlib.import_module(name)   # sets the parent's attribute to the real module
+        return getattr(real, attr)
+
+
+def _lazy_module(name: str, location: list[str]) -> types.ModuleType | None:
+    """A stand-in for ``name`` that imports it at first use; None if it is not where expected."""
+    if not location or importlib.machinery.PathFinder.find_spec(name, location) is None:
+        return None
+    return _Deferred(name)
+
+
+def _metadata_stand_in(location: list[str]) -> types.ModuleType | None:
+    """A module with just ``version()``, answering for nats-py from its dist-info directory name."""
+    if "importlib.metadata" in sys.modules or not location:
+        return None
+    site = os.path.dirname(location[0])
+    prefix = DISTRIBUTION.replace("-", "_") + "-"
+    try:
+        found = [n for n in os.listdir(site) if n.startswith(prefix) and n.endswith(".dist-info")]
+    except OSError:
+        return None
+    if len(found) != 1:
+        return None
+    known = found[0][len(prefix):-len(".dist-info")]
+    module = types.ModuleType("importlib.metadata", "stand-in while nats-py is imported (watcher.nats_import)")
+
+    def version(distribution: str) -> str:
+        if distribution != DISTRIBUTION:
+            raise LookupError(distribution)   # nats-py catches any exception: version "0.0.0"
+        return known
+
+    module.version = version  # type: ignore[attr-defined]  # a plain module built here
+    return module
