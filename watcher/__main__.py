@@ -38,7 +38,8 @@ ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
 # The book at its bounds (notice_book.MAX_ACTIVE notices, MAX_WITHDRAWN ids, every field at its
-# longest) is about 2.2 MiB (tests/watcher/test_notice_state_bounds.py); save refuses more than this.
+# longest, ASCII) is about 1.8 MB (tests/watcher/test_notice_state_bounds.py); a larger book is not
+# saved (state.too_large: the last readable file is kept), so a restart can always read it.
 MAX_STATE = 4 << 20
 # Where the kernel names this boot: a notice persisted in an earlier boot whose deadline has passed
 # announced an event that has happened (the machine was stopped or rebooted), so it is retired.
@@ -108,7 +109,7 @@ class Watcher:
                 data = {"kind": n.kind, "deadline_passed_s": round(now - n.deadline, 3), "reason": "earlier_boot"}
                 self.log.info("notice.expired", notice_id=n.id, **data)
                 self._after_change(gen)
-                self.spool.emit("notice.expired", n.id, data, now)
+                self.spool.emit("notice.withdrawn", n.id, data, now)   # by the agent itself: reason
 
     def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1

@@ -4,24 +4,32 @@ Every fault is undone by its own ``revert`` (a rule removed by id, a server
 started again, a filler file deleted), so faults on different targets overlap
 freely; the plan keeps two faults on one target apart (tests/chaos/plan.py).
 
-``systemd_restart`` plays systemd restarting the agent's unit after supervisord
-was SIGKILLed: with ``KillMode=control-group`` systemd kills every process left in
-the unit's cgroup, so the harness freezes and kills supervisord and all its
-descendants, then starts supervisord again on the same configuration, runtime
-and state directories.
+``kill_supervisord`` and ``unit_restart`` play systemd restarting the agent's unit
+(deploy/systemd/sco-agent.service, systemd.kill(5) and systemd.exec(5)): supervisord
+crashed (SIGKILL), or ``systemctl restart``. Either way systemd stops the unit the
+same way -- SIGTERM to every process left in its control group (KillMode=control-group),
+SIGKILL to whatever is still there after TimeoutStopSec= -- and removes the
+RuntimeDirectory= directories (the agent's runtime dir and supervisord's, under it)
+before it starts the unit again: RuntimeDirectoryPreserve=restart keeps them across
+Restart=, but a stop and start does not, nor a reboot, and the agent must not rely
+on them. The harness does all of it to the rig, the runtime directories removed for
+good measure every time; the revert (after the fault's duration, RestartSec=) starts
+supervisord again on the same configuration and state directory, as systemd does.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psutil
 
-from tests.chaos.plan import Fault
+from tests.chaos.plan import RESTARTS, Fault
 from tests.support.agent_rig import AgentRig
 from tests.support.procutil import pid_alive
 from tests.support.wait import wait_for
@@ -60,15 +68,63 @@ def kill_control_group(root: int) -> list[int]:
     return sorted(frozen)
 
 
-def systemd_restart_kill(rig: AgentRig) -> list[int]:
-    """The kill half: supervisord and its whole tree SIGKILLed, supervisord reaped."""
+# The unit's TimeoutStopSec= is 30 s; every worker stops in well under a second, so this is only
+# reached by a bug -- and then the SIGKILL that follows is what systemd would do.
+STOP_TIMEOUT_S = 10.0
+
+
+def control_group(known: set[int]) -> set[int]:
+    """``known`` and every live descendant of any of them: the unit's cgroup, as far as a process
+    tree can say (a worker orphaned by supervisord's death stays in it, as in a cgroup)."""
+    group = set(known)
+    for pid in list(known):
+        group.update(descendants(pid))
+    return group
+
+
+def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+    """Stop the unit as systemd does; ``crash``: supervisord was SIGKILLed first (the main process
+    died, Restart= stops what is left). The stopped pids; supervisord reaped."""
     assert rig.proc is not None
-    killed = kill_control_group(rig.proc.pid)
+    main = rig.proc.pid
+    group = control_group({main})
+    if crash:
+        os.kill(main, signal.SIGKILL)
+    for pid in group:   # KillMode=control-group: KillSignal= to every process at once
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if rig.proc.poll() is None:
+            group = control_group(group)   # a worker supervisord restarts meanwhile is in the cgroup too
+        if not any(pid_alive(p) for p in group):
+            break
+        time.sleep(0.02)
+    else:   # TimeoutStopSec= passed: SIGKILL to all that is left, supervisord's tree frozen first
+        group |= set(kill_control_group(main))
+        for pid in group:
+            _kill(pid)
     rig.proc.wait(timeout=10)
     rig.proc = None
     # Orphaned workers are reparented and reaped by init; a zombie counts as dead (pid_alive).
-    wait_for(lambda: not any(pid_alive(p) for p in killed), 10, "the agent's processes gone")
-    return killed
+    wait_for(lambda: not any(pid_alive(p) for p in group), 10, "the agent's processes gone")
+    return sorted(group)
+
+
+def remove_runtime_dirs(rig: AgentRig) -> None:
+    """What systemd does with RuntimeDirectory= at the unit's stop: /run/sco-agent and its supervisor
+    directory gone, with every socket, status file and fallback copy in them."""
+    for d in (rig.run_dir, rig.sup_dir):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @contextmanager
@@ -118,14 +174,17 @@ class Injector:
         self.slurm = slurm
         self.disk = disk   # the state dir is a tmpfs of its own (else disk_full cannot land)
         self.rule_ids: dict[int, Any] = {}    # id(fault) -> the emulator's rule id
+        self.restarts: list[float] = []       # when each unit restart stopped the agent (epoch)
 
     def apply(self, f: Fault) -> bool:
         """Break something; False if the fault could not land (the program was not running)."""
         s = self.stack
-        if f.kind.startswith("kill_") and f.kind != "kill_supervisord":
+        if f.kind.startswith("kill_") and f.kind not in RESTARTS:
             return self._kill(f.kind.removeprefix("kill_"))
-        if f.kind == "kill_supervisord":
-            systemd_restart_kill(s.agent)
+        if f.kind in RESTARTS:
+            systemd_stop(s.agent, crash=f.kind == "kill_supervisord")
+            remove_runtime_dirs(s.agent)
+            self.restarts.append(time.time())
         elif f.kind == "slurmctld_restart":
             self.slurm.stop_controller()
         elif f.kind == "nats_restart":
@@ -158,7 +217,7 @@ class Injector:
 
     def revert(self, f: Fault) -> None:
         s = self.stack
-        if f.kind == "kill_supervisord":
+        if f.kind in RESTARTS:
             # systemd's Restart= after RestartSec (the fault's duration); it comes up while other faults go on.
             s.agent.start(wait=False)
         elif f.kind == "slurmctld_restart":
