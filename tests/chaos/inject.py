@@ -25,13 +25,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
 from tests.chaos.plan import RESTARTS, Fault
 from tests.support.agent_rig import AgentRig
-from tests.support.procutil import pid_alive
 from tests.support.wait import wait_for
 
 FILLER = "chaos-filler"
@@ -40,77 +39,71 @@ METADATA_HANG_S = 2.0   # > metadata.timeout_s (1 s)
 VECTOR_SLOW_S = 1.5     # < the shipper's timeout: slow, not down
 
 
-def descendants(pid: int) -> list[int]:
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def kill_control_group(root: int) -> list[int]:
-    """SIGSTOP ``root`` and every descendant until none is new (nothing can fork or respawn
-    meanwhile), then SIGKILL them all: what systemd's KillMode=control-group does to a unit."""
-    frozen: set[int] = set()
-    todo = [root]
-    while todo:
-        for pid in todo:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-            frozen.add(pid)
-        todo = [p for pid in list(frozen) for p in descendants(pid) if p not in frozen]
-    for pid in frozen:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return sorted(frozen)
-
-
 # The unit's TimeoutStopSec= is 30 s; every worker stops in well under a second, so this is only
 # reached by a bug -- and then the SIGKILL that follows is what systemd would do.
 STOP_TIMEOUT_S = 10.0
 
 
-def control_group(known: set[int]) -> set[int]:
-    """``known`` and every live descendant of any of them: the unit's cgroup, as far as a process
-    tree can say (a worker orphaned by supervisord's death stays in it, as in a cgroup)."""
-    group = set(known)
-    for pid in list(known):
-        group.update(descendants(pid))
+def control_group(known: dict[int, psutil.Process]) -> dict[int, psutil.Process]:
+    """``known`` and every descendant of any of them still running: the unit's cgroup, as far as a
+    process tree can say (a worker orphaned by supervisord's death stays in it, as in a cgroup).
+    psutil.Process, not bare pids: a pid reused by someone else's process is never signalled."""
+    group = dict(known)
+    for proc in list(known.values()):
+        try:
+            group.update((c.pid, c) for c in proc.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
     return group
 
 
-def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _signal(proc: psutil.Process, sig: int) -> None:
+    try:
+        proc.send_signal(sig)   # psutil refuses a pid that now names another process
+    except psutil.NoSuchProcess:
+        pass
+
+
+class Stopped(NamedTuple):
+    at: float             # epoch, when the stop began
+    pids: list[int]       # every process stopped
+    sigkilled: bool       # something outlived SIGTERM by the stop timeout
+
+
+def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) -> Stopped:
     """Stop the unit as systemd does; ``crash``: supervisord was SIGKILLed first (the main process
-    died, Restart= stops what is left). The stopped pids; supervisord reaped."""
+    died, Restart= stops what is left). Supervisord is reaped."""
     assert rig.proc is not None
-    main = rig.proc.pid
-    group = control_group({main})
+    at = time.time()
+    main = psutil.Process(rig.proc.pid)
+    group = control_group({main.pid: main})
     if crash:
-        os.kill(main, signal.SIGKILL)
-    for pid in group:   # KillMode=control-group: KillSignal= to every process at once
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal(main, signal.SIGKILL)
+    for proc in group.values():   # KillMode=control-group: KillSignal= to every process at once
+        _signal(proc, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
+    sigkilled = False
     while time.monotonic() < deadline:
-        if rig.proc.poll() is None:
-            group = control_group(group)   # a worker supervisord restarts meanwhile is in the cgroup too
-        if not any(pid_alive(p) for p in group):
+        group = control_group(group)   # a worker supervisord restarts meanwhile is in the cgroup too
+        if not any(_running(p) for p in group.values()):
             break
         time.sleep(0.02)
-    else:   # TimeoutStopSec= passed: SIGKILL to all that is left, supervisord's tree frozen first
-        group |= set(kill_control_group(main))
-        for pid in group:
-            _kill(pid)
+    else:   # TimeoutStopSec= passed: SIGKILL to all that is left (supervisord first: no respawn)
+        sigkilled = True
+        for proc in [main, *group.values()]:
+            _signal(proc, signal.SIGKILL)
     rig.proc.wait(timeout=10)
     rig.proc = None
-    # Orphaned workers are reparented and reaped by init; a zombie counts as dead (pid_alive).
-    wait_for(lambda: not any(pid_alive(p) for p in group), 10, "the agent's processes gone")
-    return sorted(group)
+    # Orphaned workers are reparented and reaped by init; a zombie counts as dead.
+    wait_for(lambda: not any(_running(p) for p in group.values()), 10, "the agent's processes gone")
+    return Stopped(at, sorted(group), sigkilled)
 
 
 def remove_runtime_dirs(rig: AgentRig) -> None:
@@ -118,13 +111,6 @@ def remove_runtime_dirs(rig: AgentRig) -> None:
     directory gone, with every socket, status file and fallback copy in them."""
     for d in (rig.run_dir, rig.sup_dir):
         shutil.rmtree(d, ignore_errors=True)
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @contextmanager
@@ -174,7 +160,7 @@ class Injector:
         self.slurm = slurm
         self.disk = disk   # the state dir is a tmpfs of its own (else disk_full cannot land)
         self.rule_ids: dict[int, Any] = {}    # id(fault) -> the emulator's rule id
-        self.restarts: list[float] = []       # when each unit restart stopped the agent (epoch)
+        self.restarts: list[Stopped] = []     # each unit restart's stop
 
     def apply(self, f: Fault) -> bool:
         """Break something; False if the fault could not land (the program was not running)."""
@@ -182,9 +168,8 @@ class Injector:
         if f.kind.startswith("kill_") and f.kind not in RESTARTS:
             return self._kill(f.kind.removeprefix("kill_"))
         if f.kind in RESTARTS:
-            systemd_stop(s.agent, crash=f.kind == "kill_supervisord")
+            self.restarts.append(systemd_stop(s.agent, crash=f.kind == "kill_supervisord"))
             remove_runtime_dirs(s.agent)
-            self.restarts.append(time.time())
         elif f.kind == "slurmctld_restart":
             self.slurm.stop_controller()
         elif f.kind == "nats_restart":

@@ -70,7 +70,9 @@ def test_a_relay_only_notice_survives_20_unit_restarts_mid_drain(tmp_path):
     received = [e for e in events if e["type"] == "notice.received" and e["notice_id"] == nid]
     assert [e["data"]["channel"] for e in received] == ["relay"]   # heard once, on the relay only
     started = parse_rfc3339(received[0]["ts"])
-    # Every restart landed between the notice's arrival and the end of its drain.
-    assert len(restarts) == COUNT and all(started < t < parse_rfc3339(done["ts"]) for t in restarts), (
-        f"seed {SEED}: restarts at {[round(t - started, 1) for t in restarts]} s, "
+    # Every restart landed between the notice's arrival and the end of its drain ...
+    assert len(restarts) == COUNT and all(started < r.at < parse_rfc3339(done["ts"]) for r in restarts), (
+        f"seed {SEED}: restarts at {[round(r.at - started, 1) for r in restarts]} s, "
         f"done at {parse_rfc3339(done['ts']) - started:.1f} s")
+    # ... and every process of the agent stopped on SIGTERM, none had to be SIGKILLed by the timeout.
+    assert not [r for r in restarts if r.sigkilled], f"seed {SEED}"
