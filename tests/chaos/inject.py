@@ -44,17 +44,21 @@ VECTOR_SLOW_S = 1.5     # < the shipper's timeout: slow, not down
 STOP_TIMEOUT_S = 10.0
 
 
-def control_group(known: dict[int, psutil.Process]) -> dict[int, psutil.Process]:
-    """``known`` and every descendant of any of them still running: the unit's cgroup, as far as a
-    process tree can say (a worker orphaned by supervisord's death stays in it, as in a cgroup).
+def control_group(session: int) -> dict[int, psutil.Process]:
+    """Every process of the unit: the rig starts supervisord as a session leader, and every process
+    it forks (or they fork) stays in that session (supervisord only setpgrp()s its children) -- a
+    worker orphaned by supervisord's death, or forked the instant it died, included, as in a cgroup.
     psutil.Process, not bare pids: a pid reused by someone else's process is never signalled."""
-    group = dict(known)
-    for proc in list(known.values()):
+    out = {}
+    for pid in psutil.pids():
         try:
-            group.update((c.pid, c) for c in proc.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
-    return group
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[3]) == session:   # after "(comm)": state ppid pgrp session
+                out[pid] = psutil.Process(pid)
+        except (OSError, IndexError, ValueError, psutil.Error):
+            continue
+    return out
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -62,6 +66,20 @@ def _running(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _describe(proc: psutil.Process) -> str:
+    """pid, name, state, parent and signal masks: why it outlived SIGTERM."""
+    try:
+        with open(f"/proc/{proc.pid}/status") as f:
+            masks = " ".join(line.strip().replace("\t", "=") for line in f if line[:6] in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+        threads = []
+        for tid in sorted(os.listdir(f"/proc/{proc.pid}/task")):
+            with open(f"/proc/{proc.pid}/task/{tid}/comm") as f, open(f"/proc/{proc.pid}/task/{tid}/wchan") as g:
+                threads.append(f"{tid}:{f.read().strip()}@{g.read().strip()}")
+        return f"{proc.pid} {proc.name()} {proc.status()} ppid={proc.ppid()} {masks} threads={threads}"
+    except (OSError, psutil.Error):
+        return str(proc.pid)
 
 
 def _signal(proc: psutil.Process, sig: int) -> None:
@@ -75,6 +93,8 @@ class Stopped(NamedTuple):
     at: float             # epoch, when the stop began
     pids: list[int]       # every process stopped
     sigkilled: bool       # something outlived SIGTERM by the stop timeout
+    crash: bool = False   # supervisord was SIGKILLed first
+    survivors: tuple[str, ...] = ()   # what outlived SIGTERM: "pid name state"
 
 
 def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) -> Stopped:
@@ -83,7 +103,7 @@ def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) 
     assert rig.proc is not None
     at = time.time()
     main = psutil.Process(rig.proc.pid)
-    group = control_group({main.pid: main})
+    group = control_group(main.pid)
     if crash:
         _signal(main, signal.SIGKILL)
     for proc in group.values():   # KillMode=control-group: KillSignal= to every process at once
@@ -91,19 +111,21 @@ def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) 
     deadline = time.monotonic() + timeout_s
     sigkilled = False
     while time.monotonic() < deadline:
-        group = control_group(group)   # a worker supervisord restarts meanwhile is in the cgroup too
+        group |= control_group(main.pid)   # a worker supervisord restarts meanwhile is in it too
         if not any(_running(p) for p in group.values()):
             break
         time.sleep(0.02)
     else:   # TimeoutStopSec= passed: SIGKILL to all that is left (supervisord first: no respawn)
         sigkilled = True
+        group |= control_group(main.pid)
+        survivors = tuple(_describe(p) for p in group.values() if _running(p))
         for proc in [main, *group.values()]:
             _signal(proc, signal.SIGKILL)
     rig.proc.wait(timeout=10)
     rig.proc = None
     # Orphaned workers are reparented and reaped by init; a zombie counts as dead.
     wait_for(lambda: not any(_running(p) for p in group.values()), 10, "the agent's processes gone")
-    return Stopped(at, sorted(group), sigkilled)
+    return Stopped(at, sorted(group), sigkilled, crash, survivors if sigkilled else ())
 
 
 def remove_runtime_dirs(rig: AgentRig) -> None:

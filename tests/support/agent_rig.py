@@ -76,8 +76,11 @@ class AgentRig:
         for d in (self.run_dir, self.sup_dir):
             os.makedirs(d, mode=0o700, exist_ok=True)
         with open(os.path.join(self.log_dir, "supervisord.out"), "ab") as out:
+            # A session of its own, as a unit has a cgroup of its own: every worker inherits it (supervisord
+            # only setpgrp()s them), so tests/chaos/inject.py finds the whole unit, orphans included.
             self.proc = subprocess.Popen([supervisord, "-c", os.path.join(REPO, "supervisord.conf")],
-                                         env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base)
+                                         env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base,
+                                         start_new_session=True)
         if wait:
             wait_for(self.all_running, 30, "every program RUNNING")
         return self
