@@ -103,21 +103,23 @@ def systemd_stop(rig: AgentRig, crash: bool, timeout_s: float = STOP_TIMEOUT_S) 
     assert rig.proc is not None
     at = time.time()
     main = psutil.Process(rig.proc.pid)
-    group = control_group(main.pid)
-    if crash:
+    sid = main.pid   # the rig's supervisord leads a session of its own
+    if crash:   # the main process died; only then does systemd stop what is left of the unit
         _signal(main, signal.SIGKILL)
+        rig.proc.wait(timeout=10)
+    group = control_group(sid)
     for proc in group.values():   # KillMode=control-group: KillSignal= to every process at once
         _signal(proc, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     sigkilled = False
     while time.monotonic() < deadline:
-        group |= control_group(main.pid)   # a worker supervisord restarts meanwhile is in it too
+        group |= control_group(sid)   # a worker supervisord restarts meanwhile is in it too
         if not any(_running(p) for p in group.values()):
             break
         time.sleep(0.02)
     else:   # TimeoutStopSec= passed: SIGKILL to all that is left (supervisord first: no respawn)
         sigkilled = True
-        group |= control_group(main.pid)
+        group |= control_group(sid)
         survivors = tuple(_describe(p) for p in group.values() if _running(p))
         for proc in [main, *group.values()]:
             _signal(proc, signal.SIGKILL)
