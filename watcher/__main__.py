@@ -82,6 +82,10 @@ class Watcher:
         self.contracts.load()
         if booted_in != self.boot_id:
             self.retire_past(time.time())
+            # Written down as this boot's at once: a deadline passing later in this boot, then a
+            # restart, must not count as an earlier boot's.
+            self.book.dirty = True
+            self.persist()
 
     def _load_book(self) -> tuple[NoticeBook, str]:
         """The persisted book and the boot it was written in ("" if unknown)."""

@@ -94,5 +94,14 @@ def test_an_earlier_boots_notice_past_its_deadline_is_retired_the_others_carry_o
         assert [n["id"] for n in on_disk["active"]] == ["ahead"] and on_disk["boot_id"] == later.boot_id
         # Once retired it stays retired: a channel repeating it is ignored, not drained again.
         assert later.observe(past.with_arrival("relay", time.time()), time.time()).reason == "withdrawn"
+        for sock in (later.pub, later.progress_sub, later.spool.sock):
+            sock.close(linger=0)
+        # A new boot with nothing to retire is written down as this boot's at once.
+        doc = json.loads(path.read_text())
+        doc["boot_id"] = "yet-another-boot"
+        path.write_text(json.dumps(doc))
+        start_watcher(tmp_path, ctx, io.StringIO())
+        on_disk = json.loads(path.read_text())
+        assert [n["id"] for n in on_disk["active"]] == ["ahead"] and on_disk["boot_id"] == later.boot_id
     finally:
         ctx.destroy(linger=0)
