@@ -102,9 +102,9 @@ def cmd_status(args: argparse.Namespace, rest: list[str]) -> int:
         node=config.node.name, hall=config.node.hall,
         processes=[line for line in procs.splitlines() if line.strip()],
         files=AgentFiles(
-            notices=_read_json(os.path.join(rd, "notice.json")),
+            notices=_read_json(os.path.join(sd, "notice.json")),
             contract=_read_json(os.path.join(rd, "contract.json")),
-            drains=_read_json(os.path.join(rd, "executor.json")),
+            drains=_read_json(os.path.join(sd, "executor.json")),
             verifier=_read_json(os.path.join(sd, "verdicts.json")),
             spool=_spool_status(config)),
         now=time.time())

@@ -80,9 +80,9 @@ class AgentFiles(NamedTuple):
     """The agent's state files as the command read them: decoded JSON, or None when missing or
     unreadable. Any shape is accepted: a damaged file shows as "none", never as a crash."""
 
-    notices: Any = None    # runtime_dir/notice.json
+    notices: Any = None    # state_dir/notice.json
     contract: Any = None   # runtime_dir/contract.json
-    drains: Any = None     # runtime_dir/executor.json
+    drains: Any = None     # state_dir/executor.json
     verifier: Any = None   # state_dir/verdicts.json
     spool: dict[str, Any] | None = None   # the spool file's stats (spool.reader)
 

@@ -38,8 +38,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("node", "instance_id", str, "", "Provider instance id. Empty: learned from instance metadata."),
     Setting("node", "scheduler", str, "kubernetes", "kubernetes | slurm | none: what the executor drains through."),
     # [paths]
-    Setting("paths", "runtime_dir", str, "/run/sco-agent", "IPC sockets and live notice state (created 0700)."),
-    Setting("paths", "state_dir", str, "/var/lib/sco-agent", "Persistent state: spool file, last-known-good contract, verdicts."),
+    Setting("paths", "runtime_dir", str, "/run/sco-agent", "IPC sockets, the contract status, injected notices (created 0700). Nothing a drain needs: a unit stop removes it (systemd RuntimeDirectory=)."),
+    Setting("paths", "state_dir", str, "/var/lib/sco-agent", "What outlives a unit restart, a stop and a reboot: notice state, drain progress (evicted pods, acks), verdicts, the spool file, the last-known-good contract. Never mount it into a pod."),
     # [relay] -- the per-hall NATS notice stream
     Setting("relay", "servers", list, ["nats://127.0.0.1:4222"], "NATS server URLs of the hall's notice relay; empty list disables the relay."),
     Setting("relay", "credentials_file", str, "", "NATS .creds file (JWT + nkey) for production relays."),
@@ -67,7 +67,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kubernetes", "client_key_file", str, "", "Its private key, if not in client_cert_file."),
     Setting("kubernetes", "ca_file", str, "", "CA bundle for the API server; empty uses the system store."),
     Setting("kubernetes", "timeout_s", float, 5.0, "Per-request timeout; past it the API server counts as unreachable."),
-    Setting("kubernetes", "taint_token_file", str, "", "Token used only to patch this Node (taints need it: NodeRestriction refuses a node identity its own taints); empty: token_file, and a refused taint leaves a cordon without it. See docs/kubernetes.md."),
+    Setting("kubernetes", "taint_token_file", str, "/var/lib/sco-agent-token/kube-taint-token", "Token used only to patch this Node (taints need it: NodeRestriction refuses a node identity its own taints), as deploy/kubernetes/token-daemonset.yaml keeps it, in a directory of its own: the only host path that pod can write. Empty or missing: token_file, and a refused taint leaves a cordon without it. See docs/kubernetes.md."),
     Setting("kubernetes", "fallback_command", list, ["systemctl", "poweroff"], "Run (argv, no shell) once when the API server stays unreachable during a drain: logind holds the poweroff while kubelet's graceful node shutdown stops the pods. Empty list: no fallback."),
     # [slurm]
     Setting("slurm", "conf", str, "/etc/slurm/slurm.conf", "SLURM_CONF given to every Slurm command."),

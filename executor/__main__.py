@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, wire
+from common import ipc, state_file, wire
 from common.config import Config
 from common.contract import BUILTIN
 from common.log import Logger
@@ -45,12 +45,14 @@ class Executor:
         self.escalate_sub = ipc.subscriber(ctx, rd, ipc.VERIFIER_PUB, ipc.T_ESCALATE)
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.EXECUTOR_PUB)
         self.spool = SpoolLink(ctx, config, "executor", log)
-        self.state_path = os.path.join(rd, STATE_FILE)
+        # The state dir: a unit restart removes the runtime dir, and the drain must go on where it was.
+        self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
+        self.state = state_file.Kept(self.state_path, os.path.join(rd, STATE_FILE), progress_file.MAX_FILE, log)
         self.rejections = Rejections(log, emit=self.spool.emit)
         self.scheduler = scheduler.build(config, log)
         self.clients = Clients.open(config, log, self.spool.emit)
         # Fields an older executor did not write take the built-in contract's choices.
-        records = progress_file.load(self.state_path, BUILTIN, log, scheduler.memo_problem(config.node.scheduler))
+        records = progress_file.load(self.state, BUILTIN, log, scheduler.memo_problem(config.node.scheduler))
         self.drains = Drains(self.scheduler, self.clients, self, records, dry_run=config.executor.dry_run)
         self.published_at = 0.0
 
@@ -59,7 +61,8 @@ class Executor:
         return self.spool.emit(type, notice_id, data, now)
 
     def save(self) -> None:
-        progress_file.save(self.state_path, self.drains.records, self.log)
+        progress_file.prune(self.drains.records, self.drains.active.keys(), self.drains.withdrawn)
+        progress_file.save(self.state, self.drains.records)
 
     def publish(self) -> None:
         ipc.send(self.pub, ipc.T_PROGRESS, wire.encode_progress(self.drains.records))

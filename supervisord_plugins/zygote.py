@@ -75,6 +75,8 @@ _PARENT_STREAMS: list[Any] = []
 _PRELOADED: dict[str, int] = {}
 # supervisord's own handlers (supervisor/options.py setsignals) must not reach a worker.
 _RESET = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2)
+# Stop signals a worker must not lose in the instant between supervisord's fork and the reset above.
+_STOPS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGQUIT})
 
 
 class Zygote:
@@ -146,7 +148,7 @@ def _make_zygote(supervisord: Any, packages: str, preload: str) -> Zygote:
     def zygote_execve(filename: str, argv: list[str], env: dict[str, str]) -> Any:
         entry = entry_point(filename, own)
         if entry is not None and not _changed(preloaded):
-            _run_in_child(entry, filename, argv, env)   # never returns
+            _run_in_child(entry, filename, argv, env, getattr(options, "signal_receiver", None))   # never returns
         return original(filename, argv, env)
 
     # A mark on the function itself, so installing twice wraps supervisor's execve, not ours.
@@ -236,14 +238,29 @@ def _join_threads() -> None:
             t.join()
 
 
-def _run_in_child(entry: tuple[str, str], filename: str, argv: list[str], env: dict[str, str]) -> None:
+def caught_for_supervisord(receiver: Any) -> list[int]:
+    """The stop signals supervisord's handler recorded in this child: its SignalReceiver, inherited
+    by the fork, takes what lands before the reset and keeps it where only supervisord looks."""
+    return [s for s in list(getattr(receiver, "_signals_recvd", None) or []) if s in _STOPS]
+
+
+def _run_in_child(entry: tuple[str, str], filename: str, argv: list[str], env: dict[str, str],
+                  receiver: Any = None) -> None:
     """Become the worker: this runs in the child supervisord forked and never returns into supervisord."""
     code: Any = 1
     try:
+        # A SIGTERM that came before the reset went to supervisord's handler and would be lost: the
+        # worker would run on, and a unit stop would wait out its timeout (tests/chaos, unit restarts).
+        # So: hold stop signals, reset, raise again what supervisord's handler took, let them in.
+        # (One meant for supervisord itself, pending when it forked, stops a worker it is about to stop.)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
         gc.freeze()   # inherited objects: never collected here (they are supervisord's) nor touched
         for sig in _RESET:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for caught in caught_for_supervisord(receiver):
+            os.kill(os.getpid(), caught)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
         os.environ.clear()
         os.environ.update(env)
         sys.argv = [filename, *argv[1:]]   # as the interpreter sets it for a script

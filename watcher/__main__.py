@@ -3,9 +3,10 @@
 Inputs: the NATS relay (per-node and hall-wide subjects, ``watcher.relay``)
 and a poll of the instance metadata service (``watcher.metadata_loop``).
 Output: the level-triggered notice state on ``watcher.pub``, re-announced
-every second and at once on change, and persisted under the runtime
-directory so a restarted watcher (or a restarted executor listening to it)
-picks the drain up where it was. The drain progress the executor publishes
+every second and at once on change, and persisted in the state directory
+(``notice.json``: a unit restart removes the runtime directory, and a relay
+notice is not sent again) so a restarted watcher (or a restarted executor
+listening to it) picks the drain up where it was. The drain progress the executor publishes
 tells the metadata source when a drain is done (Azure acknowledges).
 """
 from __future__ import annotations
@@ -36,7 +37,13 @@ from watcher.relay import run_relay
 ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
-MAX_STATE = 1 << 20
+# The book at its bounds (notice_book.MAX_ACTIVE notices, MAX_WITHDRAWN ids, every field at its
+# longest, ASCII) is about 1.8 MB (tests/watcher/test_notice_state_bounds.py); a larger book is not
+# saved (state.too_large: the last readable file is kept), so a restart can always read it.
+MAX_STATE = 4 << 20
+# Where the kernel names this boot: a notice persisted in an earlier boot whose deadline has passed
+# announced an event that has happened (the machine was stopped or rebooted), so it is retired.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # A repeated error is logged (and sent to the spool) again only after this long;
 # every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
@@ -53,8 +60,10 @@ class Watcher:
         self.config = config
         self.log = log
         rd = config.paths.runtime_dir
-        self.state_path = os.path.join(rd, STATE_FILE)
-        self.book = self._load_book()
+        self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
+        self.state = state_file.Kept(self.state_path, os.path.join(rd, STATE_FILE), MAX_STATE, log)
+        self.boot_id = boot_id()
+        self.book, booted_in = self._load_book()
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.WATCHER_PUB)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.spool = SpoolLink(ctx, config, "watcher", log)
@@ -71,19 +80,40 @@ class Watcher:
         # The contract comes first: the drain budget must be known before any work lands.
         self.contracts = ContractKeeper(config, log, self.spool.emit, check)
         self.contracts.load()
+        if booted_in != self.boot_id:
+            self.retire_past(time.time())
+            # Written down as this boot's at once: a deadline passing later in this boot, then a
+            # restart, must not count as an earlier boot's.
+            self.book.dirty = True
+            self.persist()
 
-    def _load_book(self) -> NoticeBook:
+    def _load_book(self) -> tuple[NoticeBook, str]:
+        """The persisted book and the boot it was written in ("" if unknown)."""
         node = self.config.node.name
         # A corrupt state file must not stop the watcher: start empty, the
         # channels will re-deliver a live notice within one poll.
-        doc = state_file.load(self.state_path, MAX_STATE, self.log)
+        doc = self.state.load()
         if doc is None:
-            return NoticeBook(node=node)
+            return NoticeBook(node=node), self.boot_id
         try:
-            return NoticeBook.restore(node, doc)
+            return NoticeBook.restore(node, doc), str(doc.get("boot_id", ""))
         except (ValueError, TypeError, AttributeError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-            return NoticeBook(node=node)
+            return NoticeBook(node=node), self.boot_id
+
+    def retire_past(self, now: float) -> None:
+        """Notices of an earlier boot whose deadline has passed are withdrawn (the executor undoes
+        their cordon): the reclaim or maintenance they announced has happened -- the machine was
+        stopped and started again, or rebooted. Within one boot a passed deadline retires nothing:
+        the machine may be going any second, and the drain's record keeps it from being redone."""
+        for n in [n for n in self.book.active.values() if n.deadline < now]:
+            gen = self.book.gen
+            if self.book.withdraw(n.id, now) is not None:
+                self.count("expired")
+                data = {"kind": n.kind, "deadline_passed_s": round(now - n.deadline, 3), "reason": "earlier_boot"}
+                self.log.info("notice.expired", notice_id=n.id, **data)
+                self._after_change(gen)
+                self.spool.emit("notice.withdrawn", n.id, data, now)   # by the agent itself: reason
 
     def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
@@ -251,9 +281,11 @@ class Watcher:
 
     # -- outputs --------------------------------------------------------------------
     def persist(self) -> None:
-        if state_file.save(self.state_path, self.book.snapshot(), self.log):
+        doc = self.book.snapshot()
+        doc["boot_id"] = self.boot_id
+        if self.state.save(doc):
             self.book.dirty = False
-        else:
+        else:   # retried every tick; meanwhile the fallback copy holds it
             self.count("state.write_failed")
 
     def announce(self) -> None:
@@ -284,6 +316,15 @@ class Watcher:
         if self.book.dirty:
             self.persist()
         self.announce()
+
+
+def boot_id(path: str = BOOT_ID_PATH) -> str:
+    """This boot's id, or "" where the kernel does not say (then no boot is told from another)."""
+    try:
+        with open(path) as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
 
 
 async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:

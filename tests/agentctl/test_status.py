@@ -68,7 +68,7 @@ def test_the_command_reads_the_agent_files(tmp_path, capsys, monkeypatch):
     now = time.time()
     notice = dict(NOTICE, issued_at=format_rfc3339(now - 10), deadline=format_rfc3339(now + 110),
                   received_at=now - 9.5)
-    (run_dir / "notice.json").write_text(ujson.dumps({"active": [notice], "withdrawn": {}}))
+    (state_dir / "notice.json").write_text(ujson.dumps({"active": [notice], "withdrawn": {}}))
     (run_dir / "contract.json").write_text(ujson.dumps(STATUS))
     (state_dir / "verdicts.json").write_text(ujson.dumps(VERIFIER))
     config = str(tmp_path / "agent.toml")

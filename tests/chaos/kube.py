@@ -51,12 +51,16 @@ class KubeChaos(ChaosRun):
     def prepare(self, plan: DrainPlan) -> None:
         kube = self.stack.kube
         self.pods = [f"d{plan.index}-{j}" for j in range(plan.pods)]
-        for name in self.pods:
+        for j, name in enumerate(self.pods):
             # No owner: the emulator's ReplicaSet controller would replace an evicted pod, and the
             # replacement would land on node-a as soon as the withdrawal uncordons it.
-            kube.add_pod(name, NODE, grace=plan.grace_s)
+            kube.add_pod(name, NODE, **self.pod_options(plan, j))
         self.own_pods |= {f"default/{name}" for name in self.pods}
         self.log_since = kube.last_request_seq()
+
+    def pod_options(self, plan: DrainPlan, j: int) -> dict[str, Any]:
+        """The emulator's knobs for the plan's j-th pod (tests.emulators.kube.objects.pod)."""
+        return {"grace": plan.grace_s}
 
     def _left(self) -> tuple[str, ...]:
         return tuple(sorted(self.stack.kube.pod_names(NODE)))

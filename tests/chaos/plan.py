@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 KILLS = ("kill_spool", "kill_watcher", "kill_executor", "kill_verifier")
 KUBE_KINDS = (
     *KILLS,
-    "kill_supervisord",    # the harness plays systemd: kill the whole group, start supervisord again
+    "kill_supervisord",    # supervisord crashes; the harness plays systemd restarting the unit (inject.py)
+    "unit_restart",        # `systemctl restart`: the whole unit stopped, its runtime dir removed, started
     "nats_restart",        # nats-server stopped, started again on the same port
     "metadata_error",      # the metadata service answers 500
     "metadata_hang",       # ... or holds every request past the agent's timeout
@@ -36,13 +37,18 @@ KUBE_KINDS = (
 LONG_OUTAGE = "api_down_long"   # API server down from early on until past the cutoff
 SLURM_KINDS = (*KILLS, "slurmctld_restart")
 
+RESTARTS = ("kill_supervisord", "unit_restart")   # the unit restarted, runtime dir removed
 # What each kind breaks: two faults on one target never overlap (reverting one must not end the other).
-TARGET = {**dict.fromkeys(KILLS, "process"), "kill_supervisord": "process", "nats_restart": "nats",
+TARGET = {**dict.fromkeys(KILLS + RESTARTS, "process"), "nats_restart": "nats",
           "metadata_error": "metadata", "metadata_hang": "metadata", "api_500": "kube", "api_429": "kube",
           "api_timeout": "kube", "api_slow": "kube", "api_down": "kube", LONG_OUTAGE: "kube", "vector_down": "vector",
           "vector_slow": "vector", "disk_full": "disk", "slurmctld_restart": "slurmctld"}
+# A restart of the unit never overlaps a full state dir: what was saved meanwhile went to the fallback
+# copy in the runtime dir, which the restart removes -- two storage losses at once, by design not
+# survived (docs/reliability.md, "Unit restarts").
+ALSO_OCCUPIES = dict.fromkeys(RESTARTS, ("disk",))
 INSTANT = frozenset(KILLS)   # nothing to revert
-RELAY_LOSERS = frozenset({"kill_watcher", "kill_supervisord", "nats_restart"})
+RELAY_LOSERS = frozenset({"kill_watcher", *RESTARTS, "nats_restart"})
 RELAY_SETTLE_S = 1.5         # by then the watcher has taken (and persisted) a relay notice
 
 FAULT_START_S = (0.0, 8.0)   # a fault starts this many seconds after the notice is published
@@ -116,9 +122,9 @@ def draw_fault(rng: random.Random, kinds: tuple[str, ...]) -> Fault:
     return Fault(kind, at, duration)
 
 
-def spread(faults: list[Fault]) -> tuple[Fault, ...]:
+def spread(faults: list[Fault], end_s: float = FAULT_END_S) -> tuple[Fault, ...]:
     """Order by start; a fault whose target is still broken by an earlier one starts after it ends,
-    or is left out if that would take it past ``FAULT_END_S`` (the long outage is exempt).
+    or is left out if that would take it past ``end_s`` (the long outage is exempt).
 
     Process kills are instant, but supervisord's restart of the whole agent counts as the
     'process' target being busy, so a kill never lands while the harness restarts supervisord.
@@ -126,11 +132,13 @@ def spread(faults: list[Fault]) -> tuple[Fault, ...]:
     out: list[Fault] = []
     busy_until: dict[str, float] = {}
     for planned in sorted(faults, key=lambda f: (f.at, f.kind)):
-        start = max(planned.at, busy_until.get(planned.target, float("-inf")) + 0.5)
+        targets = (planned.target, *ALSO_OCCUPIES.get(planned.kind, ()))
+        start = max([planned.at] + [busy_until.get(t, float("-inf")) + 0.5 for t in targets])
         f = replace(planned, at=round(start, 2))
-        if f.kind != LONG_OUTAGE and f.end > FAULT_END_S:
+        if f.kind != LONG_OUTAGE and f.end > end_s:
             continue
-        busy_until[f.target] = f.end
+        for t in targets:
+            busy_until[t] = f.end
         out.append(f)
     return tuple(out)
 

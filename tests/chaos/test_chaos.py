@@ -21,7 +21,9 @@ SHORT = Timing(deadline_s=14.0)                # the overrun drain: cutoff 10 s
 SLURM_T = Timing(deadline_s=30.0, checkpoint_s=3, evict_s=12, margin_s=4)
 
 KUBE_PLANS = [
-    DrainPlan(0, (Fault("kill_executor", 0.3, 0), Fault("api_500", 0.8, 3.0)), pods=4, grace_s=2, channel="relay"),
+    # Relay only: NATS core does not send it again, so it survives the unit restart only on disk.
+    DrainPlan(0, (Fault("kill_executor", 0.3, 0), Fault("api_500", 0.8, 3.0), Fault("unit_restart", 2.5, 0.5)),
+              pods=4, grace_s=2, channel="relay"),
     DrainPlan(1, (Fault("vector_down", 0.0, 7.0), Fault("kill_supervisord", 0.6, 1.0), Fault("api_down", 1.0, 2.5)),
               pods=3, grace_s=2, channel="both"),
     DrainPlan(2, (Fault("metadata_hang", 0.0, 2.5), Fault("nats_restart", 0.2, 2.0), Fault("kill_spool", 1.0, 0),

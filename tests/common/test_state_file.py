@@ -46,3 +46,53 @@ def test_a_refused_save_is_false_and_logged_unless_told_not_to(tmp_path):
     assert state_file.save(path, {"a": 1}, log, report=False) is False
     (line,) = logged(out)
     assert (line["msg"], line["path"]) == ("state.write_failed", path) and line["error"]
+
+
+def test_a_save_load_would_refuse_is_not_written_and_the_old_file_stays(tmp_path):
+    out = io.StringIO()
+    log, path = Logger("t", stream=out), str(tmp_path / "s.json")
+    assert state_file.save(path, {"a": 1}, log, limit=100)
+    assert state_file.save(path, {"a": "x" * 200}, log, limit=100) is False
+    assert state_file.load(path, 100, log) == {"a": 1}
+    (line,) = logged(out)
+    assert (line["msg"], line["limit"]) == ("state.too_large", 100) and line["size"] > 100
+
+
+def kept(tmp_path, log: Logger) -> state_file.Kept:
+    return state_file.Kept(str(tmp_path / "state" / "s.json"), str(tmp_path / "run" / "s.json"), 1000, log)
+
+
+def test_kept_makes_the_state_dir_and_saves_there(tmp_path):
+    (tmp_path / "run").mkdir()
+    log = Logger("t", stream=io.StringIO())
+    k = kept(tmp_path, log)
+    assert k.save({"n": 1}) and k.load() == {"n": 1}
+    assert os.stat(tmp_path / "state").st_mode & 0o777 == 0o700
+    assert not os.path.exists(k.fallback)
+
+
+def test_kept_falls_back_while_the_state_dir_refuses_and_the_newer_copy_wins(tmp_path):
+    (tmp_path / "run").mkdir()
+    out = io.StringIO()
+    log = Logger("t", stream=out)
+    k = kept(tmp_path, log)
+    assert k.save({"n": 1})
+    os.rename(k.path, k.path + ".keep")
+    os.mkdir(k.path)   # a directory where the file goes: os.replace fails, even for root
+    try:
+        assert k.save({"n": 2}) is False and k.save({"n": 3}) is False
+        assert state_file.load(k.fallback, 1000, log) == {"n": 3}
+        assert kept(tmp_path, log).load() == {"n": 3}        # a restarted process reads the fallback
+    finally:
+        os.rmdir(k.path)
+        os.rename(k.path + ".keep", k.path)
+    later = kept(tmp_path, log)
+    assert later.failing and later.load() == {"n": 3}       # newer than the state dir's {"n": 1}
+    assert later.save({"n": 4}) and later.load() == {"n": 4}
+    assert not os.path.exists(later.fallback)               # removed at the first good save
+    msgs = [r["msg"] for r in logged(out)]
+    assert msgs.count("state.write_failed") == 1 and msgs[-1] == "state.write_recovered"
+
+
+def test_kept_with_neither_copy_is_a_fresh_start(tmp_path):
+    assert kept(tmp_path, Logger("t", stream=io.StringIO())).load() is None

@@ -59,7 +59,7 @@ def test_new_contract_lands_without_restart_and_a_running_drain_keeps_its_budget
     try:
         with Stack(str(tmp_path), contract=FIRST,
                    settings={"contract": {"url": bundles.url, "refresh_s": 1.0}}) as s:
-            state = os.path.join(s.agent.run_dir, "executor.json")
+            state = os.path.join(s.agent.state_dir, "executor.json")
             s.kube.add_pod("web-0", NODE, owner=("ReplicaSet", "web"), terminate_after="never")
             first = s.publish_notice(deadline_in=80)
             s.wait_event("drain.started", first["id"])

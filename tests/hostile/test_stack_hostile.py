@@ -219,7 +219,8 @@ def test_runtime_dir_sockets_and_files_are_private(stack):
     # A notice makes every process persist its state.
     doc = stack.publish_notice(deadline_in=600)
     stack.wait_event("verifier.clock_started", doc["id"])
-    files = {os.path.join(run, "notice.json"), os.path.join(run, "executor.json"),
+    # In the state dir: what a drain needs to resume must outlive a unit restart (which removes run).
+    files = {os.path.join(state, "notice.json"), os.path.join(state, "executor.json"),
              os.path.join(state, "verdicts.json")}
     wait_for(lambda: all(os.path.exists(p) for p in files), 10, "the state files")
     for path in files:

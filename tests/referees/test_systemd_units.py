@@ -37,6 +37,42 @@ def test_the_installed_unit_passes_systemd_analyze_verify(node_image):
     assert verify(node_image, "sco-agent.service") == (0, "")
 
 
+def unit_settings(path: str) -> dict[str, list[str]]:
+    """Key -> every value it is given in the [Service] section (systemd's last-one-wins aside)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    with open(path) as f:
+        for raw in f:
+            line = raw.strip()
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and line and not line.startswith("#") and "=" in line:
+                key, value = line.split("=", 1)
+                out.setdefault(key, []).append(value)
+    return out
+
+
+def test_the_unit_keeps_drain_state_where_a_restart_leaves_it(node_image):
+    """systemd.exec(5): RuntimeDirectory= is under /run and removed when the unit stops (kept across
+    Restart= only with RuntimeDirectoryPreserve=restart), StateDirectory= is under /var/lib and never
+    removed. The agent's defaults must put its runtime dir and supervisord's directory in the
+    former and its state dir -- where notice.json and executor.json live
+    (tests/hostile/test_stack_hostile.py) -- in the latter."""
+    from common.config import build
+
+    unit = unit_settings(node_image + "/etc/systemd/system/sco-agent.service")
+    runtime = ["/run/" + d for d in unit["RuntimeDirectory"][-1].split()]
+    state = ["/var/lib/" + d for d in unit["StateDirectory"][-1].split()]
+    env = dict(e.split("=", 1) for e in unit["Environment"])
+    paths = build({}).paths
+    assert paths.runtime_dir in runtime and env["SCO_AGENT_RUN_DIR"] in runtime
+    assert paths.state_dir in state
+    assert unit["RuntimeDirectoryPreserve"] == ["restart"]
+    # What the chaos harness's unit restart plays (tests/chaos/inject.py): the whole group SIGTERMed.
+    assert unit["KillMode"] == ["control-group"] and unit["KillSignal"] == ["SIGTERM"]
+    assert unit["Restart"] == ["always"]
+
+
 def test_verify_does_referee_the_unit(node_image):
     """The same check fails on an unknown directive and on an ExecStart the image does not have."""
     unit_dir = node_image + "/etc/systemd/system"

@@ -325,3 +325,36 @@ print(json.dumps({"before": before, "after": after, "modules": len(sys.modules)}
     # /proc/self/fd lists the descriptor of its own listing too: compare the counts.
     assert len(r["after"]["fds"]) == len(r["before"]["fds"])
     assert r["modules"] > 100
+
+
+
+class _Receiver:
+    """supervisor.options.SignalReceiver as the fork leaves it in the child: what it took so far."""
+
+    def __init__(self, *signals: int) -> None:
+        self._signals_recvd = list(signals)
+
+
+def _child_status(receiver: _Receiver) -> int:
+    """Run the zygote's child path in a fork, as supervisord's child would (the entry returns 0)."""
+    from supervisord_plugins.zygote import _run_in_child
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _run_in_child(("builtins", "int"), "probe", ["probe"], dict(os.environ), receiver)
+        finally:
+            os._exit(99)   # not reached: _run_in_child leaves by os._exit
+    return os.waitpid(pid, 0)[1]
+
+
+def test_a_stop_signal_supervisords_handler_took_in_the_child_still_stops_the_worker():
+    """A SIGTERM landing between supervisord's fork and the zygote's reset goes to supervisord's
+    handler (copied by the fork): raised again, it stops the worker as the default would have."""
+    status = _child_status(_Receiver(signal.SIGTERM))
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    # What is not a stop signal (a SIGHUP or SIGCHLD meant for supervisord) is left alone.
+    status = _child_status(_Receiver(signal.SIGHUP, signal.SIGCHLD))
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    status = _child_status(_Receiver())
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -42,7 +42,7 @@ def write_config(path: str, sections: dict[str, dict[str, Any]]) -> None:
 class AgentRig:
     def __init__(self, base: str, settings: dict[str, dict[str, Any]]) -> None:
         self.base = base
-        self.run_dir = os.path.join(base, "run")          # the agent's runtime_dir (IPC, state)
+        self.run_dir = os.path.join(base, "run")          # the agent's runtime_dir (IPC sockets)
         self.sup_dir = os.path.join(base, "supervisor")   # supervisord socket and pid
         self.log_dir = os.path.join(base, "log")
         self.state_dir = os.path.join(base, "state")
@@ -71,9 +71,16 @@ class AgentRig:
 
     def start(self, wait: bool = True) -> AgentRig:
         supervisord = venv_tool("supervisord")
+        # systemd's RuntimeDirectory= at every start (deploy/systemd/sco-agent.service): a unit
+        # restart (tests/chaos/inject.py) removed them.
+        for d in (self.run_dir, self.sup_dir):
+            os.makedirs(d, mode=0o700, exist_ok=True)
         with open(os.path.join(self.log_dir, "supervisord.out"), "ab") as out:
+            # A session of its own, as a unit has a cgroup of its own: every worker inherits it (supervisord
+            # only setpgrp()s them), so tests/chaos/inject.py finds the whole unit, orphans included.
             self.proc = subprocess.Popen([supervisord, "-c", os.path.join(REPO, "supervisord.conf")],
-                                         env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base)
+                                         env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base,
+                                         start_new_session=True)
         if wait:
             wait_for(self.all_running, 30, "every program RUNNING")
         return self
