@@ -52,7 +52,8 @@ def save(target: state_file.Kept | str, records: dict[str, DrainRecord], log: Lo
     doc = encode_progress(records)["notices"]
     if isinstance(target, state_file.Kept):
         return target.save(doc)
-    assert log is not None, "a plain path needs the log"
+    if log is None:
+        raise TypeError("progress_file.save: a plain path needs the log")
     return state_file.save(target, doc, log, limit=MAX_FILE)
 
 
