@@ -161,6 +161,10 @@ class Forwarder:
             self._ctx = zmq.Context()
             self._pid = os.getpid()
             self.link = SpoolLink(self._ctx, self.config, PROCESS, self.log)
+            # The link replayed its journal (what an earlier supervisord emitted and the spool never
+            # acked) into an outbox of its own: keep those pending in ours, which outlives links.
+            for t, ev in self.link.outbox.pending.values():
+                self.outbox.restore(ev, t)
             self.link.outbox = self.outbox
             self.link.sock.setsockopt(zmq.SNDHWM, SEND_HWM)
         return self.link
