@@ -11,12 +11,22 @@ it), so the loop keeps serving ZeroMQ and the agent socket whatever the API
 server does.
 
 When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in
-a row spanning ``down_after_s``, bounded by the contract), the drain goes
-around it: it runs the configured fallback command once (by default
-``systemctl poweroff``, which logind delays while kubelet's graceful node
-shutdown terminates the pods), reports ``drain.fallback``, and keeps probing;
-when the server answers again it reconciles (cordon and taint again, list
-what is left, ``drain.reconciled``) and carries on.
+a row spanning ``down_after_s``), the drain waits for it, probing. It goes
+around it only as a last resort (``drain_plan.fallback_due``): for a kind the
+contract allows (a reclaim by default), never in a dry run, at most once per
+notice (the step is in the record), and only once it is as late as still
+leaves the local mechanism its lead time before the deadline. Then it runs the
+configured fallback command (by default ``systemctl poweroff``, which logind
+delays while kubelet's graceful node shutdown terminates the pods):
+``drain.fallback_started``, then ``drain.fallback`` with the outcome. When the
+server answers again it reconciles (cordon and taint again, list what is left,
+``drain.reconciled``) and carries on. 401, 403 and a failed TLS verification
+are no outage but a configuration error (``Problem``): said once, recorded for
+the verdict, retried in case someone fixes it, never a reason to fall back.
+
+A dry run writes nothing: it reads the node once, spools one ``drain.plan``
+(cordon, taint, each pod in order with its grace and phase, and the fallback
+that would run, and when) and ends in the state ``dry_run``.
 """
 from __future__ import annotations
 
@@ -30,12 +40,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from common.recorder import Recorder
+from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, PhaseEnds, Step
 from executor.kube import node_steps
-from executor.kube.api import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
-from executor.kube.drain_plan import ApiHealth, pdb_from_causes
+from executor.kube.api import (
+    Conflict,
+    CredentialsRefused,
+    KubeApi,
+    KubeError,
+    NotFound,
+    NotOwnNode,
+    TooManyRequests,
+    Unreachable,
+)
+from executor.kube.drain_plan import DOWN_AFTER_CALLS, ApiHealth, dry_run_steps, fallback_due, pdb_from_causes
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
-from executor.scheduler import Announce, InPhase, Log, NewState, Remaining, Remember, Report, StepDone
+from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remaining, Remember, Report, StepDone
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +92,8 @@ class DrainSpec:
     reported: tuple[str, ...] = ()                             # uids reported as PDB-blocked
     dry_run: bool = False
     workers: int = WORKERS
+    fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
+    fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
@@ -147,6 +169,9 @@ class DrainRunner:
     def _main(self) -> None:
         api = self._make_api()
         try:
+            if self.spec.dry_run:
+                self._dry_run(api)
+                return
             self._node_steps(api)
             if self.spec.cordon_only:
                 self._report(NewState(self.spec.notice_id, DrainState.CORDONED_ONLY))
@@ -169,15 +194,19 @@ class DrainRunner:
                 return result
             except Unreachable as e:
                 self._unanswered(api, str(e))
+            except CredentialsRefused as e:
+                self._config_error(str(e))
             except (KubeError, NotOwnNode) as e:
                 self._warn("drain.node_step_failed", str(e))
             self._wait(RETRY_S)
 
+    def _config_error(self, error: str) -> None:
+        """Not an outage: the server answered, and refused who we are (or we refused its certificate)."""
+        self._health.ok()
+        self._report(Problem(self.spec.notice_id, error[:300]))
+
     def _node_steps(self, api: KubeApi) -> None:
         s = self.spec
-        if self.spec.dry_run:
-            self._report(Announce(s.notice_id, "drain.dry_run", {"action": "cordon+taint", "taint_key": s.taint_key}))
-            return
         if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
             self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))
@@ -218,6 +247,10 @@ class DrainRunner:
                     self._unanswered(api, str(e))
                     self._wait(RETRY_S)
                     continue
+                except CredentialsRefused as e:
+                    self._config_error(str(e))
+                    self._wait(RETRY_S)
+                    continue
                 except KubeError as e:
                     self._warn("drain.list_failed", str(e))
                     self._wait(RETRY_S)
@@ -230,9 +263,6 @@ class DrainRunner:
                 if book.empty() and not book.in_flight():
                     self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
-                    return
-                if s.dry_run:
-                    self._report(Announce(s.notice_id, "drain.dry_run", {"action": "evict", "pods": remaining}))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
                 self._exchange(book, pool, now + LIST_INTERVAL_S)
@@ -315,25 +345,37 @@ class DrainRunner:
 
     # -- around a server that is down ---------------------------------------------------
     def _unanswered(self, api: KubeApi, error: str) -> None:
+        """One unanswered call. Once the server counts as down: wait for it, probing, and go
+        around it if (and only when) ``fallback_due`` says so; then reconcile."""
         now = self._clock()
         self._health.failed(now)
         if not self._health.down(now, self.spec.down_after_s):
             return
         down_since = self._health.since or now
-        if Step.FALLBACK not in self._steps:
-            self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **self._run_fallback(),
-                       down_for_ms=round((now - down_since) * 1000))
-        self._set_phase(Phase.FALLBACK)
         while True:
+            now = self._clock()
+            if fallback_due(down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
+                            done=Step.FALLBACK in self._steps, now=now, at=self.spec.fallback_at):
+                self._fallback(error, now - down_since)
             try:
                 api.get_node()
                 break
-            except Unreachable:
+            except Unreachable as e:
+                error = str(e)
                 self._wait(PROBE_INTERVAL_S)
             except KubeError:
                 break   # an answer, even a refusal: the server is back
         self._health.ok()
         self._reconcile(api, down_since)
+
+    def _fallback(self, error: str, down_for_s: float) -> None:
+        s = self.spec
+        self._set_phase(Phase.FALLBACK)
+        self._report(Announce(s.notice_id, "drain.fallback_started", {
+            "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),
+            "at": format_rfc3339(s.fallback_at), "deadline": s.deadline_text}))
+        self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **self._run_fallback(),
+                   down_for_ms=round(down_for_s * 1000))
 
     def _run_fallback(self) -> dict[str, Any]:
         argv = list(self.spec.fallback_command)
@@ -347,13 +389,49 @@ class DrainRunner:
         except (OSError, subprocess.SubprocessError) as e:
             return {"command": argv, "ran": False, "error": str(e)[:300]}
 
+    # -- a dry run --------------------------------------------------------------------------
+    def _dry_run(self, api: KubeApi) -> None:
+        """Read the node (a few tries), spool the one plan, end. Nothing is written anywhere."""
+        s = self.spec
+        plan: dict[str, Any] = {
+            "cordon": True, "taint": {"key": s.taint_key, "value": s.kind, "effect": "NoSchedule"},
+            "exclude_from_lb": s.exclude_from_lb, "pods": None,
+            "fallback": self._would_fall_back()}
+        for attempt in range(DOWN_AFTER_CALLS):
+            try:
+                pdbs = self._pdbs(api)
+                pods = api.list_pods()
+                plan["pods"] = dry_run_steps(pods, pdbs, self._clock(), s.ends, self.inputs.held,
+                                             self.inputs.hold_all)
+                plan.pop("unreadable", None)
+                break
+            except (Unreachable, KubeError) as e:
+                plan["unreadable"] = str(e)[:300]
+                if attempt + 1 < DOWN_AFTER_CALLS:
+                    self._wait(RETRY_S)
+        if plan["pods"] is None:
+            # The server did not answer: a real drain would wait for it, and then maybe do this.
+            self._report(Announce(s.notice_id, "drain.dry_run", {"action": "fallback", **plan["fallback"]}))
+        self._report(Announce(s.notice_id, "drain.plan", plan))
+        self._report(NewState(s.notice_id, DrainState.DRY_RUN))
+
+    def _would_fall_back(self) -> dict[str, Any]:
+        s = self.spec
+        if not s.fallback_command:
+            why = "kubernetes.fallback_command is empty"
+        elif not s.fallback_allowed:
+            why = f"the contract allows no fallback for a {s.kind} notice"
+        else:
+            why = ""
+        return {"command": list(s.fallback_command), "possible": not why, "why_not": why,
+                "if_unreachable_at": format_rfc3339(s.fallback_at) if not why else None}
+
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""
         s = self.spec
         detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
         try:
-            if not s.dry_run:
-                detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
             detail["remaining"] = node_steps.remaining_pods(api)
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
