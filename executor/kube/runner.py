@@ -245,6 +245,7 @@ class DrainRunner:
                     self._health.ok()
                 except Unreachable as e:
                     self._unanswered(api, str(e))
+                    last_remaining = None   # said "unreachable" meanwhile: say what is left again
                     self._wait(RETRY_S)
                     continue
                 except CredentialsRefused as e:
@@ -352,6 +353,8 @@ class DrainRunner:
         if not self._health.down(now, self.spec.down_after_s):
             return
         down_since = self._health.since or now
+        # What keeps the node from empty now, for the record (and the verdict, should it stay so).
+        self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
         while True:
             now = self._clock()
             if fallback_due(down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
