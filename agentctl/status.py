@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from common.contract import fallback_at
 from common.notice import Notice, notice_from_dict
 from common.timefmt import format_rfc3339
 from common.wire import (
@@ -20,7 +21,6 @@ from common.wire import (
     DrainRecord,
     Step,
     decode_records,
-    fallback_at,
 )
 from verifier.core import as_number
 from verifier.judge import Clock, clock_for, escalation

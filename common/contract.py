@@ -178,6 +178,17 @@ class Contract:
 
 _TOP_KEYS = frozenset(Contract.__dataclass_fields__) - {"source"}
 
+# The local fallback starts this long before ``deadline - lead_s``: the command itself, and
+# logind and the kubelet taking over, need a moment before the kubelet's grace period runs.
+FALLBACK_MARGIN_S = 2.0
+
+
+def fallback_at(deadline: float, lead_s: float) -> float:
+    """The earliest moment the drain may go around an unreachable API server: as late as still
+    leaves the local mechanism (the kubelet's graceful shutdown) its ``lead_s`` before the deadline.
+    Until then the drain waits for the server."""
+    return deadline - lead_s - FALLBACK_MARGIN_S
+
 
 def _parse_drain(value: Any) -> Drain:
     obj = _object(value, "drain")

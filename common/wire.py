@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
 from common.notice import CHANNELS, Notice, notice_from_dict
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
+from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
 
 
 class BadRecord(ValueError):
@@ -144,18 +145,6 @@ def phase_ends(received_at: float, deadline: float, budget: Budget) -> PhaseEnds
     checkpoint_by = min(received_at + budget.checkpoint_s, cut)
     evict_at = max(min(received_at + budget.checkpoint_s + budget.evict_s, cut), checkpoint_by)
     return PhaseEnds(checkpoint_by, evict_at, cut)
-
-
-# The local fallback starts this long before ``deadline - lead_s``: the command itself, and
-# logind and the kubelet taking over, need a moment before the kubelet's grace period runs.
-FALLBACK_MARGIN_S = 2.0
-
-
-def fallback_at(deadline: float, lead_s: float) -> float:
-    """The earliest moment the drain may go around an unreachable API server: as late as still
-    leaves the local mechanism (the kubelet's graceful shutdown) its ``lead_s`` before the deadline.
-    Until then the drain waits for the server."""
-    return deadline - lead_s - FALLBACK_MARGIN_S
 
 
 # -- the drain record (executor.json, topic ``progress``) ------------------------------------
@@ -399,33 +388,7 @@ def decode_escalations(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-# -- the verdict ------------------------------------------------------------------------------
+# -- the verdict (the record and its outcomes: common/verdict.py) --------------------------------
 
-DONE, OVERRUN = "done", "overrun"
-# Verdicts of their own kind: a dry run did nothing to judge; an ignored kind was not drained;
-# "unverified": the executor says empty but the verifier's own read of the scheduler does not
-# agree or failed (``reason`` says which), so it is never called done.
-DRY_RUN, IGNORED, UNVERIFIED = "dry_run", "ignored", "unverified"
-OUTCOMES = (DONE, OVERRUN, DRY_RUN, IGNORED, UNVERIFIED)
 # What a drain can be held up by: a bounded label set (sco_agent_verdicts_total's held_up_by).
 HELD_UP_BY = ("notice", Phase.CORDON, Phase.CHECKPOINT, Phase.EVICT, Phase.REQUEUE, Phase.FALLBACK)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The verifier's one judgement of a notice (the core of a drain.done / drain.overrun event)."""
-
-    outcome: str                 # DONE | OVERRUN
-    notice_id: str
-    at: float                    # when the verdict was reached (our clock)
-    held_up_by: str = ""         # for overrun: the step in progress at the cutoff (HELD_UP_BY)
-    left: tuple[str, ...] = ()   # for overrun: what was still on the node
-    finished_at: float = 0.0     # when the node was empty (0: not seen)
-    reason: str = ""             # why, in words, when the outcome needs one (config error, unverified)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"outcome": self.outcome, "notice_id": self.notice_id, "at": self.at,
-             "held_up_by": self.held_up_by, "left": list(self.left), "finished_at": self.finished_at}
-        if self.reason:
-            d["reason"] = self.reason
-        return d

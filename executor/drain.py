@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from common.contract import BUILTIN, Contract
+from common.contract import BUILTIN, Contract, fallback_at
 from common.notice import Notice
 from common.timefmt import format_rfc3339
-from common.wire import Ack, DrainRecord, DrainState, Step, fallback_at
+from common.wire import Ack, DrainRecord, DrainState, Step
 from executor.scheduler import (
     Announce,
     InPhase,

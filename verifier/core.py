@@ -14,14 +14,10 @@ from typing import Any
 
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
+from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED
 from common.wire import (
     BUILTIN_BUDGET,
-    DONE,
-    DRY_RUN,
-    IGNORED,
     LEVELS,
-    OVERRUN,
-    UNVERIFIED,
     Budget,
     DrainRecord,
     Escalation,

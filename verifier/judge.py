@@ -24,16 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.notice import Notice
+from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
 from common.wire import (
     CHECKPOINT_OVER,
-    DONE,
-    DRY_RUN,
     EVICT_OVER,
     FINAL,
     HELD_UP_BY,
-    IGNORED,
-    OVERRUN,
-    UNVERIFIED,
     BadRecord,
     Budget,
     DrainRecord,
@@ -41,7 +37,6 @@ from common.wire import (
     Escalation,
     Phase,
     Step,
-    Verdict,
     phase_ends,
 )
 

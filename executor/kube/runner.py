@@ -24,15 +24,12 @@ server answers again it reconciles (cordon and taint again, list what is left,
 are no outage but a configuration error (``Problem``): said once, recorded for
 the verdict, retried in case someone fixes it, never a reason to fall back.
 
-A dry run writes nothing: it reads the node once, spools one ``drain.plan``
-(cordon, taint, each pod in order with its grace and phase, and the fallback
-that would run, and when) and ends in the state ``dry_run``.
+A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), then the state ``dry_run``.
 """
 from __future__ import annotations
 
 import copy
 import queue
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -42,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from common.recorder import Recorder
 from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, PhaseEnds, Step
-from executor.kube import node_steps
+from executor.kube import last_resort, node_steps
 from executor.kube.api import (
     Conflict,
     CredentialsRefused,
@@ -53,7 +50,7 @@ from executor.kube.api import (
     TooManyRequests,
     Unreachable,
 )
-from executor.kube.drain_plan import DOWN_AFTER_CALLS, ApiHealth, dry_run_steps, fallback_due, pdb_from_causes
+from executor.kube.drain_plan import ApiHealth, fallback_due, pdb_from_causes
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remaining, Remember, Report, StepDone
 
@@ -65,7 +62,6 @@ LIST_INTERVAL_S = 0.25     # how often the node is listed while pods are leaving
 PDB_REFRESH_S = 10.0
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
-FALLBACK_TIMEOUT_S = 30.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
 
@@ -377,57 +373,19 @@ class DrainRunner:
         self._report(Announce(s.notice_id, "drain.fallback_started", {
             "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),
             "at": format_rfc3339(s.fallback_at), "deadline": s.deadline_text}))
-        self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **self._run_fallback(),
+        self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **last_resort.run_command(s.fallback_command),
                    down_for_ms=round(down_for_s * 1000))
-
-    def _run_fallback(self) -> dict[str, Any]:
-        argv = list(self.spec.fallback_command)
-        if not argv:
-            return {"command": [], "ran": False}
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, timeout=FALLBACK_TIMEOUT_S, check=False)
-            return {"command": argv, "ran": True, "exit": proc.returncode,
-                    "stderr": proc.stderr[-300:].decode("utf-8", "replace")}
-        except (OSError, subprocess.SubprocessError) as e:
-            return {"command": argv, "ran": False, "error": str(e)[:300]}
 
     # -- a dry run --------------------------------------------------------------------------
     def _dry_run(self, api: KubeApi) -> None:
         """Read the node (a few tries), spool the one plan, end. Nothing is written anywhere."""
-        s = self.spec
-        plan: dict[str, Any] = {
-            "cordon": True, "taint": {"key": s.taint_key, "value": s.kind, "effect": "NoSchedule"},
-            "exclude_from_lb": s.exclude_from_lb, "pods": None,
-            "fallback": self._would_fall_back()}
-        for attempt in range(DOWN_AFTER_CALLS):
-            try:
-                pdbs = self._pdbs(api)
-                pods = api.list_pods()
-                plan["pods"] = dry_run_steps(pods, pdbs, self._clock(), s.ends, self.inputs.held,
-                                             self.inputs.hold_all)
-                plan.pop("unreadable", None)
-                break
-            except (Unreachable, KubeError) as e:
-                plan["unreadable"] = str(e)[:300]
-                if attempt + 1 < DOWN_AFTER_CALLS:
-                    self._wait(RETRY_S)
+        nid = self.spec.notice_id
+        plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs)
         if plan["pods"] is None:
             # The server did not answer: a real drain would wait for it, and then maybe do this.
-            self._report(Announce(s.notice_id, "drain.dry_run", {"action": "fallback", **plan["fallback"]}))
-        self._report(Announce(s.notice_id, "drain.plan", plan))
-        self._report(NewState(s.notice_id, DrainState.DRY_RUN))
-
-    def _would_fall_back(self) -> dict[str, Any]:
-        s = self.spec
-        if not s.fallback_command:
-            why = "kubernetes.fallback_command is empty"
-        elif not s.fallback_allowed:
-            why = f"the contract allows no fallback for a {s.kind} notice"
-        else:
-            why = ""
-        return {"command": list(s.fallback_command), "possible": not why, "why_not": why,
-                "if_unreachable_at": format_rfc3339(s.fallback_at) if not why else None}
+            self._report(Announce(nid, "drain.dry_run", {"action": "fallback", **plan["fallback"]}))
+        self._report(Announce(nid, "drain.plan", plan))
+        self._report(NewState(nid, DrainState.DRY_RUN))
 
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""

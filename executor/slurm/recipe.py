@@ -44,6 +44,7 @@ from executor.slurm import local as slurm_local
 from executor.slurm.cli import NotOwnNode, NotRequeueable, Probe, SlurmCli, SlurmError, Unreachable
 from executor.slurm.rules import (
     drain_reason,
+    dry_run_jobs,
     is_agent_reason,
     local_plan,
     new_memo,
@@ -198,7 +199,6 @@ class SlurmDrain:
         """Read once, spool the one plan of what the drain would do, end in ``dry_run``: no
         scontrol/scancel write, no local signal, no second round."""
         o, pol = t.order, t.memo["policy"]
-        move = "cancel" if pol["on_drain"] == "cancel" else "requeue"
         plan: dict[str, Any] = {"scheduler": "slurm", "jobs": None,
                                 "drain": {"node": self.node, "reason": drain_reason(o.notice_id, o.kind, o.deadline)}}
         try:
@@ -207,12 +207,7 @@ class SlurmDrain:
             node = self.cli.node_info(self.node)
             plan["drain"]["already_drained"] = node.drain_set
             running = [] if o.cordon_only else self.cli.jobs_on(self.node, "RUNNING")
-            plan["jobs"] = [{"job": j, "steps": [
-                {"phase": Phase.CHECKPOINT, "action": f"scancel --signal={pol['signal']} --{pol['signal_scope']}",
-                 "until": o.ends.checkpoint_by},
-                {"phase": Phase.REQUEUE, "action": move, "at": o.ends.checkpoint_by},
-                {"phase": Phase.KILL, "action": "SIGKILL if still here", "at": o.ends.evict_at}]}
-                for j in running]
+            plan["jobs"] = dry_run_jobs(running, pol, o.ends)
         except (SlurmError, NotOwnNode) as e:
             plan["unreadable"] = str(e)[:300]
             self._event(o.notice_id, "drain.dry_run", {
