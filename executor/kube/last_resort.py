@@ -7,15 +7,34 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from common.timefmt import format_rfc3339
 from executor.kube.api import KubeApi, KubeError, Unreachable
 from executor.kube.drain_plan import DOWN_AFTER_CALLS, dry_run_steps
 
 if TYPE_CHECKING:
+    from common.wire import PhaseEnds
     from executor.kube.eviction_book import Inputs
-    from executor.kube.runner import DrainSpec
+
+
+class DrainSpec(Protocol):
+    """What is read here of the runner's ``DrainSpec`` (executor.kube.runner imports this module)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def taint_key(self) -> str: ...
+    @property
+    def exclude_from_lb(self) -> bool: ...
+    @property
+    def ends(self) -> PhaseEnds: ...
+    @property
+    def fallback_command(self) -> tuple[str, ...]: ...
+    @property
+    def fallback_allowed(self) -> bool: ...
+    @property
+    def fallback_at(self) -> float: ...
 
 RETRY_S = 0.5
 

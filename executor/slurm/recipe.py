@@ -196,8 +196,7 @@ class SlurmDrain:
 
     # -- a dry run --------------------------------------------------------------------
     def _dry_run(self, t: Tracked) -> None:
-        """Read once, spool the one plan of what the drain would do, end in ``dry_run``: no
-        scontrol/scancel write, no local signal, no second round."""
+        """Read once, spool the one plan, end in ``dry_run``: no write, no local signal, no second round."""
         o, pol = t.order, t.memo["policy"]
         plan: dict[str, Any] = {"scheduler": "slurm", "jobs": None,
                                 "drain": {"node": self.node, "reason": drain_reason(o.notice_id, o.kind, o.deadline)}}
