@@ -394,6 +394,7 @@ class DrainRunner:
         try:
             detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
             detail["remaining"] = node_steps.remaining_pods(api)
+            self._report(Remaining(s.notice_id, tuple(detail["remaining"])))
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
         self._step(Step.RECONCILED, "drain.reconciled", **detail)
