@@ -190,7 +190,7 @@ def _reason(rec: DrainRecord | None) -> str:
         return f"configuration error: {rec.problem}"
     if rec.remaining and any(x.endswith(":unreachable") for x in rec.remaining) and Step.FALLBACK not in rec.steps:
         why = ("the contract allows no fallback for a " + rec.kind + " notice" if not rec.fallback_allowed
-               else "its moment had not come")
+               else "its moment had not come, or kubernetes.fallback_command is empty")
         return f"the scheduler did not answer, and no fallback ran: {why}"
     return ""
 

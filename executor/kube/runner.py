@@ -10,19 +10,13 @@ vocabulary of ``executor.scheduler`` (the loop persists, spools and publishes
 it), so the loop keeps serving ZeroMQ and the agent socket whatever the API
 server does.
 
-When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in
-a row spanning ``down_after_s``), the drain waits for it, probing. It goes
-around it only as a last resort (``drain_plan.fallback_due``): for a kind the
-contract allows (a reclaim by default), never in a dry run, at most once per
-notice (the step is in the record), and only once it is as late as still
-leaves the local mechanism its lead time before the deadline. Then it runs the
-configured fallback command (by default ``systemctl poweroff``, which logind
-delays while kubelet's graceful node shutdown terminates the pods):
-``drain.fallback_started``, then ``drain.fallback`` with the outcome. When the
-server answers again it reconciles (cordon and taint again, list what is left,
-``drain.reconciled``) and carries on. 401, 403 and a failed TLS verification
-are no outage but a configuration error (``Problem``): said once, recorded for
-the verdict, retried in case someone fixes it, never a reason to fall back.
+When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in a
+row spanning ``down_after_s``), the drain waits for it, probing; it goes around
+it only as ``drain_plan.fallback_due`` allows (the contract's kinds, as late as
+leaves the kubelet its lead time, never in a dry run, once per notice) with the
+fallback command (``last_resort``): ``drain.fallback_started``, ``drain.fallback``.
+Back, it reconciles (``drain.reconciled``) and carries on. 401, 403 and a failed
+TLS verification are a configuration error (``Problem``), never an outage.
 
 A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), then the state ``dry_run``.
 """
@@ -353,8 +347,13 @@ class DrainRunner:
         self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
         while True:
             now = self._clock()
-            if fallback_due(down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
-                            done=Step.FALLBACK in self._steps, now=now, at=self.spec.fallback_at):
+            if now > self.spec.deadline + LINGER_S:   # the machine is gone, or should be: stop trying
+                self._report(NewState(self.spec.notice_id, DrainState.ENDED))
+                raise Stopped()
+            # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
+            if not self._stop.is_set() and fallback_due(
+                    down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
+                    done=Step.FALLBACK in self._steps, now=now, at=self.spec.fallback_at):
                 self._fallback(error, now - down_since)
             try:
                 api.get_node()

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,8 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
 
 @pytest.fixture
 def admin(kube: RealApiServer) -> Iterator[KubeClient]:
-    client = kube.client()
-    yield client
-    client.close()
+    with closing(kube.client()) as client:
+        yield client
 
 
 @pytest.fixture
