@@ -10,8 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from common.timefmt import format_rfc3339
+from common.wire import DrainState
 from executor.kube.api import KubeApi, KubeError, Unreachable
 from executor.kube.drain_plan import DOWN_AFTER_CALLS, dry_run_steps
+from executor.scheduler import Announce, NewState, Report
 
 if TYPE_CHECKING:
     from common.wire import PhaseEnds
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 class DrainSpec(Protocol):
     """What is read here of the runner's ``DrainSpec`` (executor.kube.runner imports this module)."""
 
+    @property
+    def notice_id(self) -> str: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -86,3 +90,13 @@ def dry_run_plan(spec: DrainSpec, api: KubeApi, inputs: Inputs, clock: Callable[
             if attempt + 1 < DOWN_AFTER_CALLS:
                 wait(RETRY_S)
     return plan
+
+
+
+def dry_run_reports(spec: DrainSpec, plan: dict[str, Any]) -> list[Report]:
+    """What a dry run says once it has read: the plan, the fallback it would have run if the
+    server did not answer, and its end (the state ``dry_run``; nothing was written)."""
+    out: list[Report] = []
+    if plan["pods"] is None:   # a real drain would wait for the server, and then maybe do this
+        out.append(Announce(spec.notice_id, "drain.dry_run", {"action": "fallback", **plan["fallback"]}))
+    return [*out, Announce(spec.notice_id, "drain.plan", plan), NewState(spec.notice_id, DrainState.DRY_RUN)]

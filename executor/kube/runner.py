@@ -1,13 +1,11 @@
 """The Kubernetes drain of one notice, run off the executor's loop (the imperative shell).
 
-One coordinator thread walks the recipe -- [exclude from load balancers],
-cordon and taint, then list / decide / evict until the node is empty -- and a
-small pool of worker threads (``workers``, 8 by default) sends the evictions,
-each over its own connection. Every decision is the pure core's
-(``eviction_book``, ``drain_plan``); this module only does the calls, keeps
-time, and reports what happened to the executor's loop in the one report
-vocabulary of ``executor.scheduler`` (the loop persists, spools and publishes
-it), so the loop keeps serving ZeroMQ and the agent socket whatever the API
+One coordinator thread walks the recipe -- [exclude from load balancers], cordon
+and taint, then list / decide / evict until the node is empty -- and a pool of
+worker threads (``workers``) sends the evictions, each over its own connection.
+Every decision is the pure core's (``eviction_book``, ``drain_plan``); this module
+does the calls, keeps time, and reports to the executor's loop in the report
+vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
 server does.
 
 When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in a
@@ -15,8 +13,8 @@ row spanning ``down_after_s``), the drain waits for it, probing; it goes around
 it only as ``drain_plan.fallback_due`` allows (the contract's kinds, as late as
 leaves the kubelet its lead time, never in a dry run, once per notice) with the
 fallback command (``last_resort``): ``drain.fallback_started``, ``drain.fallback``.
-Back, it reconciles (``drain.reconciled``) and carries on. 401, 403 and a failed
-TLS verification are a configuration error (``Problem``), never an outage.
+Back, it reconciles (``drain.reconciled``). 401, 403 and a failed TLS verification
+are a configuration error (``Problem``), never an outage.
 
 A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), then the state ``dry_run``.
 """
@@ -57,6 +55,7 @@ PDB_REFRESH_S = 10.0
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
+FALLBACK_SAVE_WAIT_S = 5.0   # for the record saying the fallback starts to be on disk
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
 
 
@@ -84,10 +83,12 @@ class DrainSpec:
     workers: int = WORKERS
     fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
     fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
+    fallback_started: float = 0.0           # an earlier run started the fallback then (from the memo)
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
-        return {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
+        memo = {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
+        return memo | ({"fallback_started": self.fallback_started} if self.fallback_started else {})
 
 
 class Stopped(Exception):
@@ -140,9 +141,8 @@ class DrainRunner:
             self._report(InPhase(self.spec.notice_id, phase))
 
     def _warn(self, name: str, error: str) -> None:
-        """A warning for the log, keyed by (name, message text): a step retried every 0.5 s must
-        not flood it. What used to be "the same text again is dropped" is now "said again with
-        its count once WARN_REPEAT_S has passed, and at the end of the drain" (common/recorder.py)."""
+        """A warning for the log, keyed by (name, text): said again with its count once WARN_REPEAT_S
+        has passed, and at the end of the drain (common/recorder.py), never once per retry."""
         text = error[:300]
         self._warnings.record(name, text, {"error": text})
 
@@ -159,8 +159,10 @@ class DrainRunner:
     def _main(self) -> None:
         api = self._make_api()
         try:
-            if self.spec.dry_run:
-                self._dry_run(api)
+            if self.spec.dry_run:   # read only, one plan, an end of its own kind
+                plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs)
+                for r in last_resort.dry_run_reports(self.spec, plan):
+                    self._report(r)
                 return
             self._node_steps(api)
             if self.spec.cordon_only:
@@ -353,7 +355,8 @@ class DrainRunner:
             # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
             if not self._stop.is_set() and fallback_due(
                     down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
-                    done=Step.FALLBACK in self._steps, now=now, at=self.spec.fallback_at):
+                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
+                    at=self.spec.fallback_at):
                 self._fallback(error, now - down_since)
             try:
                 api.get_node()
@@ -367,24 +370,17 @@ class DrainRunner:
         self._reconcile(api, down_since)
 
     def _fallback(self, error: str, down_for_s: float) -> None:
-        s = self.spec
+        """Written down (and on disk) before it runs: an executor killed meanwhile never runs it twice."""
+        s, saved = self.spec, threading.Event()
+        self._memo["fallback_started"] = self._clock()
+        self._report(Remember(s.notice_id, copy.deepcopy(self._memo), saved))
+        saved.wait(FALLBACK_SAVE_WAIT_S)
         self._set_phase(Phase.FALLBACK)
         self._report(Announce(s.notice_id, "drain.fallback_started", {
             "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),
             "at": format_rfc3339(s.fallback_at), "deadline": s.deadline_text}))
         self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **last_resort.run_command(s.fallback_command),
                    down_for_ms=round(down_for_s * 1000))
-
-    # -- a dry run --------------------------------------------------------------------------
-    def _dry_run(self, api: KubeApi) -> None:
-        """Read the node (a few tries), spool the one plan, end. Nothing is written anywhere."""
-        nid = self.spec.notice_id
-        plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs)
-        if plan["pods"] is None:
-            # The server did not answer: a real drain would wait for it, and then maybe do this.
-            self._report(Announce(nid, "drain.dry_run", {"action": "fallback", **plan["fallback"]}))
-        self._report(Announce(nid, "drain.plan", plan))
-        self._report(NewState(nid, DrainState.DRY_RUN))
 
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""

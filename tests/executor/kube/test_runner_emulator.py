@@ -225,6 +225,27 @@ def test_api_server_down_falls_back_then_reconciles(kube, drains, tmp_path):
     assert d.steps()[:3] == ["fallback", "reconciled", "cordoned"]
 
 
+def test_the_fallback_is_on_record_before_it_runs_and_never_runs_twice(kube, drains, tmp_path):
+    """The memo saying it starts is handed over (and waited for) before the command runs; a drain
+    restarted on that memo -- an executor killed while the command ran -- does not run it again."""
+    marker = tmp_path / "fallback-ran"
+    kube.down()
+    d = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True, fallback_at=time.time())
+    d.wait_event("drain.fallback")
+    remembered = [r for r in d.reports if isinstance(r, Remember) and "fallback_started" in r.memo]
+    started = next(i for i, r in enumerate(d.reports) if getattr(r, "event", "") == "drain.fallback_started")
+    assert remembered and d.reports.index(remembered[0]) < started
+    d.stop()
+    marker.unlink()
+    again = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True,
+                  fallback_at=time.time(), fallback_started=remembered[0].memo["fallback_started"])
+    wait_for(lambda: any(isinstance(r, Remaining) and r.items == ("api-server:unreachable",) for r in again.reports),
+             10, "the restarted drain waiting for the server")
+    kube.up()
+    again.wait_event("drain.reconciled")
+    assert again.events("drain.fallback_started") == [] and not marker.exists()
+
+
 def test_a_server_down_early_in_the_window_is_waited_for(kube, drains, tmp_path):
     """Down, but the fallback's moment (deadline - lead) is still ahead: no fallback; back, the drain finishes."""
     kube.add_pod("app", NODE)
