@@ -14,8 +14,8 @@ step names of ``common.wire.Step``), ``remaining`` (None until first read),
 
 The executor's word alone is never "done": ``judge`` also takes the verifier's own read of the
 scheduler (``Observation``, verifier/scheduler_read.py), made after the executor said so. When
-they agree, done; when the read says otherwise, or cannot be made, within ``VERIFY_WAIT_S``,
-the verdict is "unverified", with the reason. A dry run and an ignored kind get verdicts of
+they agree, done; when the read says otherwise, or cannot be made, by the cutoff (and at least
+``VERIFY_WAIT_S`` after the report), the verdict is "unverified", with the reason. A dry run and an ignored kind get verdicts of
 their own kind: nothing was done, so there is nothing to call done.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from common.wire import (
 # so a node that emptied just before the cutoff is not called overrun.
 PROGRESS_GRACE_S = 2.5
 # How long after the executor says "empty" the verifier's own read may take to agree (it reads
-# about once a second) before the verdict is "unverified".
+# about once a second) before the verdict is "unverified" -- at least; the cutoff, if later.
 VERIFY_WAIT_S = 5.0
 
 _EVICT_STEPS = (Step.EVICTED, Step.DELETED)
@@ -163,20 +163,20 @@ def held_up_by(clock: Clock, rec: DrainRecord | None, move_step: str) -> str:
     return move_step
 
 
-def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, now: float) -> str | None:
+def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, now: float, until: float) -> str | None:
     """Does the verifier's own read agree with the executor's "empty" (or "cordoned")? "" when it
-    does; the reason when it does not, or cannot, within VERIFY_WAIT_S; None: wait for a newer read."""
+    does; the reason when it does not, or cannot, by ``until``; None: wait for a newer read."""
     if seen is None or seen.at < done_at:
-        if now - done_at < VERIFY_WAIT_S:
+        if now < until:
             return None
         return "no read of the scheduler by the verifier since the executor reported" + (
             "" if seen is None else f" (last read: {seen.error or 'before the report'})")
     if seen.left is None:
-        return None if now - done_at < VERIFY_WAIT_S else f"the verifier cannot read the scheduler: {seen.error}"
+        return None if now < until else f"the verifier cannot read the scheduler: {seen.error}"
     cordon_only = rec.state == DrainState.CORDONED_ONLY
     if (seen.cordoned if cordon_only else seen.left == ()):
         return ""
-    if now - done_at < VERIFY_WAIT_S:
+    if now < until:
         return None
     what = "not cordoned" if cordon_only else f"{len(seen.left)} still on it: {', '.join(seen.left[:5])}"
     return f"the executor reported the node {'cordoned' if cordon_only else 'empty'}; the verifier's own read: {what}"
@@ -211,7 +211,9 @@ def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
         if done_at > clock.cutoff:
             return Verdict(OVERRUN, clock.notice_id, now, held_up_by=held_up_by(clock, rec, move_step),
                            finished_at=done_at)
-        agreed = confirmed(rec, seen, done_at, now)
+        # A read that fails or disagrees for a moment (a slow server, a pod just going) is given
+        # until the cutoff, and at least VERIFY_WAIT_S, to agree: done means empty by the cutoff.
+        agreed = confirmed(rec, seen, done_at, now, max(done_at + VERIFY_WAIT_S, clock.cutoff))
         if agreed is None:
             return None
         if agreed:

@@ -135,24 +135,33 @@ def test_done_waits_for_a_read_made_after_the_report():
 def test_a_wrong_report_is_unverified_with_what_the_read_found():
     """The executor says empty; the API server lists a pod: never done, and the reason says why."""
     seen = Observation(31.0, True, ("ns/still-here",))
-    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=31.5, seen=seen) is None   # a moment to agree
-    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=seen)
+    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff - 0.1, seen=seen) is None   # until the cutoff to agree
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen)
     assert v.outcome == "unverified" and v.left == ("ns/still-here",)
     assert "empty" in v.reason and "ns/still-here" in v.reason
 
 
 def test_unreadable_scheduler_is_unverified_never_done():
     seen = Observation(31.0, False, None, "GET /api/v1/pods: timeout")
-    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=seen)
+    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=seen) is None
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen)
     assert v.outcome == "unverified" and "cannot read" in v.reason and "timeout" in v.reason
-    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=None)
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=None)
     assert v.outcome == "unverified" and "no read" in v.reason
 
 
 def test_cordon_only_needs_the_read_to_see_the_cordon():
     r = rec({"cordoned": 3.0}, state="cordoned_only")
-    v = judge(CLOCK, r, 3.1, now=3.0 + VERIFY_WAIT_S, seen=Observation(3.5, False, ("ns/a",)))
+    v = judge(CLOCK, r, 3.1, now=CLOCK.cutoff, seen=Observation(3.5, False, ("ns/a",)))
     assert v.outcome == "unverified" and "not cordoned" in v.reason
+
+
+def test_a_report_just_before_the_cutoff_still_gets_verify_wait_s_to_agree():
+    late = rec({"cordoned": 2.0, "node_empty": CLOCK.cutoff - 1}, [], state="done")
+    seen = Observation(CLOCK.cutoff - 2, True, ("ns/a",))
+    assert judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + 1, seen=seen) is None
+    v = judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + VERIFY_WAIT_S, seen=seen)
+    assert v.outcome == "unverified"
 
 
 def test_dry_run_and_ignored_get_verdicts_of_their_own():
