@@ -33,7 +33,7 @@ class Notice:
     """One announcement that the provider will take (or may take) this instance."""
 
     id: str
-    kind: str            # reclaim | rebalance | maintenance | cancel
+    kind: str            # reclaim | rebalance | maintenance | live_migration | pause | cancel
     node: str
     instance_id: str
     issued_at: float     # epoch seconds, provider's clock
