@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from common.contract import fallback_at
 from common.notice import Notice, notice_from_dict
 from common.timefmt import format_rfc3339
-from common.wire import BUDGET_KEYS, BUILTIN_BUDGET, LEVELS, BadRecord, Budget, DrainRecord, decode_records
+from common.wire import (
+    BUDGET_KEYS,
+    BUILTIN_BUDGET,
+    LEVELS,
+    BadRecord,
+    Budget,
+    DrainRecord,
+    Step,
+    decode_records,
+)
 from verifier.core import as_number
 from verifier.judge import Clock, clock_for, escalation
 from verifier.timeline import timeline
@@ -106,9 +116,25 @@ def summarize(*, node: str, hall: str, processes: list[str], files: AgentFiles, 
             "remaining": remaining[:SHOW_REMAINING] if remaining is not None else None,
             "verdict": verdict.get("outcome") if isinstance(verdict, dict) else None,
             "timeline_ms": timeline(n, rec),
+            "fallback": fallback_view(n, rec, now),
+            "problem": rec.problem if rec is not None and rec.problem else None,
         })
     return {"node": node, "hall": hall, "processes": parse_processes(processes), "contract": cview,
             "active": active, "last_verdict": last_verdict(verifier), "spool": files.spool}
+
+
+def fallback_view(n: Notice, rec: DrainRecord | None, now: float) -> dict[str, Any] | None:
+    """When the drain would go around an unreachable scheduler (common.wire.fallback_at), whether
+    it has, or why it never would; None before the drain has started."""
+    if rec is None:
+        return None
+    if Step.FALLBACK in rec.steps:
+        return {"state": "ran", "at": format_rfc3339(rec.steps[Step.FALLBACK])}
+    if not rec.fallback_allowed:
+        return {"state": "never", "why": f"the contract allows no fallback for a {rec.kind} notice"}
+    at = fallback_at(n.deadline, rec.fallback_lead_s)
+    return {"state": "armed", "at": format_rfc3339(at), "in_s": round(at - now, 1),
+            "lead_s": rec.fallback_lead_s}
 
 
 def last_verdict(verifier: dict[str, Any]) -> dict[str, Any] | None:
@@ -168,6 +194,14 @@ def _active_lines(a: dict[str, Any]) -> list[str]:
         state += f", verdict {a['verdict']}"
     if a["remaining_count"] is not None:
         state += f", {a['remaining_count']} left" + (f": {' '.join(a['remaining'])}" if a["remaining"] else "")
+    fb = a.get("fallback")
+    if fb:
+        state += {"ran": lambda: f"; fallback ran at {fb['at']}",
+                  "never": lambda: f"; no fallback ({fb['why']})",
+                  "armed": lambda: f"; fallback if the API server stays unreachable: at {fb['at']} "
+                                   f"(in {fb['in_s']} s, {fb['lead_s']:g} s before the deadline)"}[fb["state"]]()
+    if a.get("problem"):
+        state += f"; configuration error: {a['problem']}"
     head = (f"active notice: {a['id']} {a['kind']} via {a['channel']}, deadline {a['deadline']} "
             f"({a['seconds_left']} s left, cutoff in {a['cutoff_in_s']} s)")
     return [head, state,

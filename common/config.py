@@ -68,7 +68,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kubernetes", "ca_file", str, "", "CA bundle for the API server; empty uses the system store."),
     Setting("kubernetes", "timeout_s", float, 5.0, "Per-request timeout; past it the API server counts as unreachable."),
     Setting("kubernetes", "taint_token_file", str, "/var/lib/sco-agent-token/kube-taint-token", "Token used only to patch this Node (taints need it: NodeRestriction refuses a node identity its own taints), as deploy/kubernetes/token-daemonset.yaml keeps it, in a directory of its own: the only host path that pod can write. Empty or missing: token_file, and a refused taint leaves a cordon without it. See docs/kubernetes.md."),
-    Setting("kubernetes", "fallback_command", list, ["systemctl", "poweroff"], "Run (argv, no shell) once when the API server stays unreachable during a drain: logind holds the poweroff while kubelet's graceful node shutdown stops the pods. Empty list: no fallback."),
+    Setting("kubernetes", "fallback_command", list, ["systemctl", "poweroff"], "Run (argv, no shell) at most once per notice, as a last resort, while the API server stays unreachable: only for the contract's fallback.kinds (a reclaim by default) and no earlier than fallback.lead_s before the deadline, never in a dry run; logind holds the poweroff while kubelet's graceful node shutdown stops the pods (docs/kubernetes.md). Empty list: no fallback."),
     # [slurm]
     Setting("slurm", "conf", str, "/etc/slurm/slurm.conf", "SLURM_CONF given to every Slurm command."),
     Setting("slurm", "command_timeout_s", float, 12.0, "Per-command timeout; slurm's own MessageTimeout is 10 s."),

@@ -11,13 +11,15 @@ This module is plain data and validation only. It must stay cheap to import
 
 Payload shape (the signed JSON object; every key other than ``serial``,
 ``hall``, ``issued_at`` and ``drain`` may be left out and then takes the value
-of ``BUILTIN``; ``kinds`` and ``slurm`` may also be partial)::
+of ``BUILTIN``; ``kinds``, ``slurm`` and ``fallback`` may also be partial)::
 
     {"serial": 7, "hall": "fra1", "node_class": "*", "issued_at": "2026-11-29T12:00:00Z",
      "drain": {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10},
      "taint_key": "sco.io/notice", "checkpoint_signal": "SIGTERM",
-     "kinds": {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain"},
+     "kinds": {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain",
+               "live_migration": "ignore", "pause": "ignore"},
      "pdb_blocked": "report", "exclude_from_lb": false,
+     "fallback": {"kinds": ["reclaim"], "lead_s": 10},
      "slurm": {"signal": "SIGTERM", "signal_scope": "full", "on_drain": "requeue"},
      "sink_url": null}
 
@@ -39,7 +41,9 @@ from common.timefmt import format_rfc3339, parse_rfc3339
 SOURCES = ("builtin", "launch", "bundle")
 
 # Notice kinds a contract sets a policy for ('cancel' withdraws a notice, it has no policy).
-KINDS = ("reclaim", "rebalance", "maintenance")
+# 'live_migration' (GCP MIGRATE_ON_HOST_MAINTENANCE) and 'pause' (Azure Freeze): the VM survives,
+# with a blackout of seconds; the built-in contract ignores both (watcher/providers cite why).
+KINDS = ("reclaim", "rebalance", "maintenance", "live_migration", "pause")
 ACTIONS = ("drain", "cordon", "ignore")
 PDB_BLOCKED = ("delete", "report")
 SIGNAL_SCOPES = ("batch", "full")
@@ -80,6 +84,17 @@ class SlurmPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Fallback:
+    """When the drain may go around an unreachable API server with the local mechanism
+    (Kubernetes: ``systemctl poweroff``, which the kubelet's graceful node shutdown turns into
+    a drain). ``kinds``: the notice kinds that may use it; ``lead_s``: the time that mechanism
+    needs before the deadline (the kubelet's shutdownGracePeriod)."""
+
+    kinds: tuple[str, ...]
+    lead_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class Contract:
     """One validated contract. ``==`` compares content; ``source`` is not content."""
 
@@ -95,6 +110,7 @@ class Contract:
     exclude_from_lb: bool
     slurm: SlurmPolicy
     sink_url: str | None
+    fallback: Fallback = Fallback(("reclaim",), 10)
     source: str = field(default="bundle", compare=False)
 
     def action_for(self, kind: str) -> str:
@@ -128,6 +144,7 @@ class Contract:
                 "on_drain": self.slurm.on_drain,
             },
             "sink_url": self.sink_url,
+            "fallback": {"kinds": list(self.fallback.kinds), "lead_s": self.fallback.lead_s},
         }
 
     @classmethod
@@ -154,11 +171,23 @@ class Contract:
                                   "exclude_from_lb"),
             slurm=_parse_slurm(top.get("slurm", {})),
             sink_url=_url(top.get("sink_url", BUILTIN.sink_url), "sink_url"),
+            fallback=_parse_fallback(top.get("fallback", {})),
             source=source,
         )
 
 
 _TOP_KEYS = frozenset(Contract.__dataclass_fields__) - {"source"}
+
+# The local fallback starts this long before ``deadline - lead_s``: the command itself, and
+# logind and the kubelet taking over, need a moment before the kubelet's grace period runs.
+FALLBACK_MARGIN_S = 2.0
+
+
+def fallback_at(deadline: float, lead_s: float) -> float:
+    """The earliest moment the drain may go around an unreachable API server: as late as still
+    leaves the local mechanism (the kubelet's graceful shutdown) its ``lead_s`` before the deadline.
+    Until then the drain waits for the server."""
+    return deadline - lead_s - FALLBACK_MARGIN_S
 
 
 def _parse_drain(value: Any) -> Drain:
@@ -199,6 +228,17 @@ def _parse_slurm(value: Any) -> SlurmPolicy:
                              SIGNAL_SCOPES),
         on_drain=_choice(obj.get("on_drain", base.on_drain), "slurm.on_drain", SLURM_ON_DRAIN),
     )
+
+
+def _parse_fallback(value: Any) -> Fallback:
+    obj = _object(value, "fallback")
+    _no_unknown(obj, frozenset(Fallback.__dataclass_fields__), "fallback")
+    kinds = obj.get("kinds", list(BUILTIN.fallback.kinds))
+    if (not isinstance(kinds, list) or not all(isinstance(k, str) and k in KINDS for k in kinds)
+            or len(set(kinds)) != len(kinds)):
+        raise _fail("fallback.kinds", f"a list of distinct kinds from {', '.join(KINDS)}", kinds)
+    lead = _int(obj.get("lead_s", BUILTIN.fallback.lead_s), "fallback.lead_s", 0, MAX_BUDGET_S)
+    return Fallback(kinds=tuple(kinds), lead_s=lead)
 
 
 # --- field checks: each raises ValueError naming the field -------------------------------
@@ -305,7 +345,10 @@ BUILTIN = Contract(
     # A reclaim or a maintenance event takes the machine away: drain. A
     # rebalance recommendation is only elevated risk with no deadline: stop new
     # work landing (cordon) but leave running work alone.
-    kinds=(("reclaim", "drain"), ("rebalance", "cordon"), ("maintenance", "drain")),
+    # A live migration or a pause of seconds leaves the VM and its work where they are: moving
+    # the work would do more harm than the blackout.
+    kinds=(("reclaim", "drain"), ("rebalance", "cordon"), ("maintenance", "drain"),
+           ("live_migration", "ignore"), ("pause", "ignore")),
     # Deleting a PDB-blocked pod needs a delete permission the agent's RBAC does
     # not grant by default and overrides the owner's budget: only report it.
     pdb_blocked="report",
@@ -316,5 +359,9 @@ BUILTIN = Contract(
     # so work running in a step sees it; then requeue, so no job is lost.
     slurm=SlurmPolicy(signal="SIGTERM", signal_scope="full", on_drain="requeue"),
     sink_url=None,  # None: ship events to the sink in the agent's own configuration
+    # Going around the API server powers the machine off: only where it is going away anyway
+    # (a reclaim), and only as late as leaves the kubelet its shutdownGracePeriod -- 10 s in
+    # deploy/kubernetes/kubelet-graceful-shutdown.yaml (tests/deploy check they agree).
+    fallback=Fallback(kinds=("reclaim",), lead_s=10),
     source="builtin",
 )

@@ -22,6 +22,8 @@ EVENT_TYPES = frozenset({
     "drain.checkpoint_acked", "drain.evicted", "drain.eviction_blocked", "drain.deleted",
     "drain.requeued", "drain.signalled", "drain.fallback", "drain.reconciled", "drain.error",
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
+    "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
+    "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 class HttpError(Exception):
     """A call that produced no usable answer. ``reason``: timeout | refused | too_large | error;
     for ``error``, ``cause`` says which: truncated (the body ended before its Content-Length),
-    protocol (not HTTP) or network (reset, DNS, TLS)."""
+    protocol (not HTTP), tls (the peer's certificate failed verification: a configuration error,
+    not an outage) or network (reset, DNS, other TLS failures)."""
 
     def __init__(self, reason: str, detail: str, cause: str = "", status: int = 0) -> None:
         super().__init__(f"{reason}: {detail}")
@@ -206,4 +207,6 @@ def _no_answer(e: Exception, what: str, budget: float) -> HttpError:
         return HttpError("error", f"{what}: {e!r}", "truncated")
     if isinstance(e, http.client.HTTPException):
         return HttpError("error", f"{what}: {type(e).__name__}: {e}", "protocol")
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return HttpError("error", f"{what}: {type(e).__name__}: {e}", "tls")
     return HttpError("error", f"{what}: {type(e).__name__}: {e}", "network")

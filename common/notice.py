@@ -22,7 +22,7 @@ from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339, parse_rfc3339
 # (late is better than never): it drains at once.
 ROOM_S = 86400.0
 
-KINDS = ("reclaim", "rebalance", "maintenance", "cancel")
+KINDS = ("reclaim", "rebalance", "maintenance", "live_migration", "pause", "cancel")
 CHANNELS = ("relay", "metadata", "local")
 MAX_RELAY_PAYLOAD = 8192
 _MAX_FIELD = 256
@@ -33,7 +33,7 @@ class Notice:
     """One announcement that the provider will take (or may take) this instance."""
 
     id: str
-    kind: str            # reclaim | rebalance | maintenance | cancel
+    kind: str            # reclaim | rebalance | maintenance | live_migration | pause | cancel
     node: str
     instance_id: str
     issued_at: float     # epoch seconds, provider's clock

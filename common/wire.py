@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
 from common.notice import CHANNELS, Notice, notice_from_dict
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
+from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
 
 
 class BadRecord(ValueError):
@@ -161,6 +162,7 @@ class Step:
     FALLBACK = "fallback"            # the scheduler did not answer: the drain went around it
     RECONCILED = "reconciled"        # it answered again
     NODE_EMPTY = "node_empty"
+    CONFIG_ERROR = "config_error"    # the scheduler refused the agent's credentials (401/403/TLS)
     UNCORDONED = "uncordoned"        # a withdrawn notice's node steps undone
 
 
@@ -172,7 +174,9 @@ class DrainState:
     CORDONED_ONLY = "cordoned_only"  # the contract's policy for the kind was cordon
     ENDED = "ended"                  # gave up well past the deadline (the machine is gone)
     WITHDRAWN = "withdrawn"
-    ENDS = (DONE, CORDONED_ONLY, ENDED)
+    DRY_RUN = "dry_run"              # a dry run spooled its plan and stopped: nothing was done
+    IGNORED = "ignored"              # the contract's policy for the kind was ignore: nothing was done
+    ENDS = (DONE, CORDONED_ONLY, ENDED, DRY_RUN, IGNORED)
 
 
 class Phase:
@@ -219,6 +223,9 @@ class DrainRecord:
     pdb_blocked: str = BUILTIN.pdb_blocked
     exclude_from_lb: bool = BUILTIN.exclude_from_lb
     memo: dict[str, Any] = field(default_factory=dict)
+    fallback_allowed: bool = False               # the contract lets this kind go around the scheduler
+    fallback_lead_s: float = float(BUILTIN.fallback.lead_s)
+    problem: str = ""                            # a configuration error the scheduler reported
 
     @classmethod
     def start(cls, n: Notice, contract: Contract) -> DrainRecord:
@@ -226,7 +233,9 @@ class DrainRecord:
         return cls(kind=n.kind, received_at=n.received_at, budget=Budget.of(contract.drain),
                    policy=contract.action_for(n.kind), taint_key=contract.taint_key,
                    contract_serial=contract.serial, pdb_blocked=contract.pdb_blocked,
-                   exclude_from_lb=contract.exclude_from_lb)
+                   exclude_from_lb=contract.exclude_from_lb,
+                   fallback_allowed=n.kind in contract.fallback.kinds,
+                   fallback_lead_s=float(contract.fallback.lead_s))
 
     def ends(self, deadline: float) -> PhaseEnds:
         return phase_ends(self.received_at, deadline, self.budget)
@@ -237,7 +246,8 @@ class DrainRecord:
                  remaining=None if self.remaining is None else list(self.remaining), policy=self.policy,
                  taint_key=self.taint_key, budget=self.budget.to_dict(), pdb_blocked=self.pdb_blocked,
                  exclude_from_lb=self.exclude_from_lb, phase=self.phase,
-                 acks={k: {"status": a.status, "at": a.at} for k, a in self.acks.items()})
+                 acks={k: {"status": a.status, "at": a.at} for k, a in self.acks.items()},
+                 fallback_allowed=self.fallback_allowed, fallback_lead_s=self.fallback_lead_s, problem=self.problem)
         if self.contract_serial is not None:
             d["contract_serial"] = self.contract_serial
         return d
@@ -267,14 +277,17 @@ class DrainRecord:
             acks={str(k): Ack(str(a.get("status", "")), a["at"] if _epoch(a.get("at")) else 0.0)
                   for k, a in acks.items() if isinstance(a, dict)},
             contract_serial=d.get("contract_serial"), pdb_blocked=d.get("pdb_blocked", defaults.pdb_blocked),
-            exclude_from_lb=d.get("exclude_from_lb", defaults.exclude_from_lb), memo=memo)
+            exclude_from_lb=d.get("exclude_from_lb", defaults.exclude_from_lb), memo=memo,
+            fallback_allowed=d.get("fallback_allowed", d["kind"] in defaults.fallback.kinds),
+            fallback_lead_s=float(d.get("fallback_lead_s", defaults.fallback.lead_s)), problem=d.get("problem", ""))
 
 
 _REQUIRED = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
 _TEXT = ("kind", "state", "policy", "taint_key")
 _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "phase": (str,), "remaining": (list, type(None)), "acks": (dict,), "pdb_blocked": (str,),
-    "exclude_from_lb": (bool,), "contract_serial": (int,)}
+    "exclude_from_lb": (bool,), "contract_serial": (int,), "fallback_allowed": (bool,),
+    "fallback_lead_s": (int, float), "problem": (str,)}
 _OWN = frozenset(_REQUIRED) | frozenset(_OPTIONAL_TYPES)
 
 
@@ -287,8 +300,12 @@ def _problem(rec: object) -> str:
         return f"missing {missing}"
     bad = [k for k in _TEXT if not isinstance(rec[k], str)]
     bad += [k for k, types in _OPTIONAL_TYPES.items() if k in rec and not isinstance(rec[k], types)]
-    if isinstance(rec.get("contract_serial"), bool):
-        bad.append("contract_serial")
+    for key in ("contract_serial", "fallback_lead_s"):
+        if isinstance(rec.get(key), bool):
+            bad.append(key)
+    lead = rec.get("fallback_lead_s", 0)
+    if not isinstance(lead, bool) and isinstance(lead, (int, float)) and not 0 <= lead <= MAX_BUDGET_S:
+        bad.append("fallback_lead_s")
     if bad:
         return f"wrong type: {bad}"
     if not _epoch(rec["received_at"]):
@@ -372,24 +389,7 @@ def decode_escalations(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-# -- the verdict ------------------------------------------------------------------------------
+# -- the verdict (the record and its outcomes: common/verdict.py) --------------------------------
 
-DONE, OVERRUN = "done", "overrun"
 # What a drain can be held up by: a bounded label set (sco_agent_verdicts_total's held_up_by).
 HELD_UP_BY = ("notice", Phase.CORDON, Phase.CHECKPOINT, Phase.EVICT, Phase.REQUEUE, Phase.FALLBACK)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The verifier's one judgement of a notice (the core of a drain.done / drain.overrun event)."""
-
-    outcome: str                 # DONE | OVERRUN
-    notice_id: str
-    at: float                    # when the verdict was reached (our clock)
-    held_up_by: str = ""         # for overrun: the step in progress at the cutoff (HELD_UP_BY)
-    left: tuple[str, ...] = ()   # for overrun: what was still on the node
-    finished_at: float = 0.0     # when the node was empty (0: not seen)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "notice_id": self.notice_id, "at": self.at,
-                "held_up_by": self.held_up_by, "left": list(self.left), "finished_at": self.finished_at}

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from common.contract import BUILTIN, Contract
+from common.contract import BUILTIN, Contract, fallback_at
 from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
@@ -35,6 +35,7 @@ from executor.scheduler import (
     Log,
     NewState,
     Order,
+    Problem,
     Remaining,
     Remember,
     Report,
@@ -128,10 +129,16 @@ class Drains:
         if not self.contract_heard:
             return None
         rec = self.records[n.id] = DrainRecord.start(n, self.contract)
+        if rec.policy == "ignore":
+            # Nothing at all is done for it: no cordon, no clients told, no scheduler call.
+            rec.state = DrainState.IGNORED
         # Saved before it is announced: an executor killed in between must not start (and
         # announce) the same drain again.
         self.save_now(now)
         self.shell.emit("drain.started", n.id, {"kind": n.kind, "policy": rec.policy}, now)
+        if rec.state == DrainState.IGNORED:
+            self._announce(n.id, "drain.ignored", {"kind": n.kind, "detail": n.detail,
+                                                   "contract_serial": rec.contract_serial}, now)
         return rec
 
     # -- 2. tell the clients -------------------------------------------------------------
@@ -173,7 +180,8 @@ class Drains:
                      budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=rec.policy != "drain",
                      taint_key=rec.taint_key, pdb_blocked=rec.pdb_blocked, exclude_from_lb=rec.exclude_from_lb,
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
-                     held=held, hold_all=hold_all, contract=self.contract)
+                     held=held, hold_all=hold_all, contract=self.contract,
+                     fallback_allowed=rec.fallback_allowed, fallback_at=fallback_at(n.deadline, rec.fallback_lead_s))
 
     def _withdraw(self, nid: str, now: float) -> None:
         if self.clients is not None:
@@ -230,6 +238,16 @@ class Drains:
             r.saved.set()
         return True
 
+    def _on_problem(self, r: Problem, rec: DrainRecord, now: float) -> bool:
+        if r.reason == rec.problem:
+            return False
+        rec.problem = r.reason
+        rec.steps[Step.CONFIG_ERROR] = now
+        self.save_now(now)
+        self.log.error("drain.config_error", notice_id=r.notice_id, reason=r.reason)
+        self.shell.emit("drain.config_error", r.notice_id, {"reason": r.reason}, now)
+        return True
+
     def _step(self, r: StepDone, rec: DrainRecord, now: float) -> None:
         """A step done: recorded, saved, announced, published."""
         rec.steps[r.step] = now
@@ -246,4 +264,5 @@ class Drains:
 # Each report onto a record (Log has no record: _apply handles it first).
 _APPLY: dict[type, Callable[[Drains, Any, DrainRecord, float], bool]] = {
     StepDone: Drains._on_step, Announce: Drains._on_announce, Remaining: Drains._on_remaining,
-    InPhase: Drains._on_phase, NewState: Drains._on_state, Remember: Drains._on_remember}
+    InPhase: Drains._on_phase, NewState: Drains._on_state, Remember: Drains._on_remember,
+    Problem: Drains._on_problem}

@@ -58,6 +58,8 @@ class Order:
     held: frozenset[str] = frozenset()   # pod UIDs whose agent-socket clients still checkpoint
     hold_all: bool = False               # a client no pod can be told for holds every pod
     contract: Contract = BUILTIN          # the current one: a scheduler freezes what it needs in its memo
+    fallback_allowed: bool = False        # the contract lets this kind go around an unreachable scheduler
+    fallback_at: float = float("inf")     # and not before this (common.wire.fallback_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,16 @@ class Remember:
     saved: threading.Event | None = field(default=None, compare=False)
 
 
-Report = StepDone | Announce | Remaining | InPhase | NewState | Log | Remember
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A configuration error (credentials refused, TLS verification failed): recorded in the
+    record's ``problem`` for the verdict, announced as ``drain.config_error`` -- never an outage."""
+
+    notice_id: str
+    reason: str
+
+
+Report = StepDone | Announce | Remaining | InPhase | NewState | Log | Remember | Problem
 
 
 class Scheduler(Protocol):

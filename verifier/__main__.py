@@ -27,6 +27,7 @@ from common.loop import Loop
 from common.notice import Notice
 from common.runtime import Rejections, SpoolLink, StopFlag, start
 from verifier import core, metrics
+from verifier.scheduler_read import Observer, reader_for
 
 STATE_FILE = "verdicts.json"
 # Where the state goes while the state dir refuses writes (a full disk): the runtime dir is another
@@ -71,6 +72,9 @@ class Verifier:
         self.metrics_path = config.metrics.textfile
         self.metrics_dirty = True
         self.metrics_failed = False
+        # Its own read of the scheduler (read-only, in a thread): "done" needs it to agree.
+        make_reader = reader_for(config)
+        self.observer = Observer(make_reader) if make_reader is not None else None
         # Events persisted but not yet acknowledged by the spool go out again (same ids: deduped).
         for eid, ev in list(self.state["unacked"].items()):
             if ev.get("event_id") == eid and isinstance(ev.get("type"), str):
@@ -156,9 +160,12 @@ class Verifier:
     def view(self) -> core.View:
         return core.View(active=self.active, withdrawn=self.withdrawn, progress=self.progress,
                          progress_at=self.progress_at, budget=wire.Budget.of(self.contract.drain),
-                         move_step=self.move_step, arrivals=self.arrivals)
+                         move_step=self.move_step, arrivals=self.arrivals,
+                         seen=self.observer.latest if self.observer is not None else None)
 
     def check(self, now: float) -> None:
+        if self.observer is not None:
+            self.observer.want(core.open_notices(self.state, self.active))
         if not self.ready(now):
             return
         emits, changed = core.advance(self.state, self.view(), now)
@@ -218,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     loop.on(v.spool.sock, v.on_acks)
     # Idle, a turn a second; four while a notice is active, so a deadline is judged on time.
     loop.run(stop, lambda ready: v.turn(time.time()), lambda: 250 if v.active else 1000)
+    if v.observer is not None:
+        v.observer.stop()
     v.rejections.tick(force=True)
     v.spool.flush(1.0)
     v.on_acks()

@@ -14,9 +14,16 @@ from typing import Any
 
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
-from common.wire import BUILTIN_BUDGET, DONE, LEVELS, Budget, DrainRecord, Escalation
+from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED
+from common.wire import (
+    BUILTIN_BUDGET,
+    LEVELS,
+    Budget,
+    DrainRecord,
+    Escalation,
+)
 from verifier import metrics
-from verifier.judge import Clock, clock_for, escalation, judge
+from verifier.judge import Clock, Observation, clock_for, escalation, judge
 from verifier.timeline import timeline
 
 STATE_VERSION = 1
@@ -26,6 +33,11 @@ STATE_VERSION = 1
 VERDICT_MEMORY_S = 7 * 86400.0
 MAX_LEFT = 100            # what was left, listed in a verdict event (the count is always exact)
 PUBLISHED_RECENT = 8      # verdicts of gone notices still re-announced on verifier.pub
+# Verdicts after which nothing escalates: the drain is over and nothing is owed.
+SETTLED = (DONE, DRY_RUN, IGNORED)
+# The event each verdict is announced as (drain.dry_run and drain.ignored are the executor's own).
+VERDICT_EVENTS = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
+                  DRY_RUN: "drain.dry_run_judged", IGNORED: "drain.ignored_judged"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +51,7 @@ class View:
     budget: Budget = BUILTIN_BUDGET          # the contract's, for a notice whose drain record is not in yet
     move_step: str = "evict"                 # "requeue" on Slurm
     arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> channel -> epoch
+    seen: Observation | None = None          # the verifier's own latest read of the scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +115,17 @@ def _valid_clock(c: Any) -> bool:
     return all(MIN_EPOCH <= t < MAX_EPOCH for t in times) and math.isfinite(clock.margin_s)
 
 
+def open_notices(state: dict[str, Any], active: dict[str, Notice]) -> bool:
+    """Is any active notice still unjudged (so the verifier's own read of the scheduler is wanted)?"""
+    return any(nid not in state["verdicts"] for nid in active)
+
+
 def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], bool]:
     """Start clocks, escalate, judge; returns (what to announce, whether the state changed)."""
     emits: list[Emit] = []
     changed = _forget(state, view, now, emits)
     for n in view.active.values():
-        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") == DONE:
+        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") in SETTLED:
             continue
         if n.id not in state["clocks"]:
             if n.id in state["verdicts"]:
@@ -123,7 +141,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
             changed = True
         if n.id in state["verdicts"]:
             continue
-        verdict = judge(clock, rec, view.progress_at, now, view.move_step)
+        verdict = judge(clock, rec, view.progress_at, now, view.move_step, view.seen)
         if verdict is None:
             continue
         tl = timeline(n, rec, view.arrivals.get(n.id), verdict_at=now,
@@ -139,7 +157,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
         metrics.inc(state["metrics"], "sco_agent_verdicts_total",
                     (verdict.outcome, verdict.held_up_by or "none"))
         metrics.observe_timeline(state["metrics"], tl)
-        emits.append(Emit(f"drain.{verdict.outcome}", n.id, data))
+        emits.append(Emit(VERDICT_EVENTS[verdict.outcome], n.id, data))
         changed = True
     return emits, changed
 
@@ -212,7 +230,7 @@ def escalations(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, E
     overrun notice."""
     out = {}
     for nid, seen in state["escalated"].items():
-        if nid not in active or state["verdicts"].get(nid, {}).get("outcome") == DONE or not seen:
+        if nid not in active or state["verdicts"].get(nid, {}).get("outcome") in SETTLED or not seen:
             continue
         level = max(seen, key=LEVELS.index)
         out[nid] = Escalation(level, seen[level])

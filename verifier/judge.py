@@ -11,6 +11,12 @@ judged exactly once even across restarts. No I/O here: the clock is passed in.
 What the drain record carries is ``common.wire.DrainRecord``: ``steps`` (the
 step names of ``common.wire.Step``), ``remaining`` (None until first read),
 ``phase`` (the step in progress, optional), ``state``, ``acks``, ``budget``.
+
+The executor's word alone is never "done": ``judge`` also takes the verifier's own read of the
+scheduler (``Observation``, verifier/scheduler_read.py), made after the executor said so. When
+they agree, done; when the read says otherwise, or cannot be made, by the cutoff (and at least
+``VERIFY_WAIT_S`` after the report), the verdict is "unverified", with the reason. A dry run and an ignored kind get verdicts of
+their own kind: nothing was done, so there is nothing to call done.
 """
 from __future__ import annotations
 
@@ -18,13 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.notice import Notice
+from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
 from common.wire import (
     CHECKPOINT_OVER,
-    DONE,
     EVICT_OVER,
     FINAL,
     HELD_UP_BY,
-    OVERRUN,
     BadRecord,
     Budget,
     DrainRecord,
@@ -32,7 +37,6 @@ from common.wire import (
     Escalation,
     Phase,
     Step,
-    Verdict,
     phase_ends,
 )
 
@@ -40,6 +44,9 @@ from common.wire import (
 # judging on older news: the executor publishes on every step and every second,
 # so a node that emptied just before the cutoff is not called overrun.
 PROGRESS_GRACE_S = 2.5
+# How long after the executor says "empty" the verifier's own read may take to agree (it reads
+# about once a second) before the verdict is "unverified" -- at least; the cutoff, if later.
+VERIFY_WAIT_S = 5.0
 
 _EVICT_STEPS = (Step.EVICTED, Step.DELETED)
 _REQUEUE_STEPS = (Step.REQUEUED, Step.SIGNALLED)
@@ -81,6 +88,17 @@ class Clock:
     def moved_by(self, rec: DrainRecord) -> bool:
         """Does the drain record say the drain runs on another budget (or receipt) than this clock?"""
         return self.budget != rec.budget or self.received_at != rec.received_at
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """The verifier's own read of the scheduler (plain data): when it was made, whether the node
+    is cordoned (Kubernetes) / drained (Slurm), and what still counts on it (None: unreadable)."""
+
+    at: float
+    cordoned: bool
+    left: tuple[str, ...] | None
+    error: str = ""
 
 
 def start_clock(notice: Notice, budget: Budget, received_at: float | None = None) -> Clock:
@@ -145,22 +163,67 @@ def held_up_by(clock: Clock, rec: DrainRecord | None, move_step: str) -> str:
     return move_step
 
 
+def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, now: float, until: float) -> str | None:
+    """Does the verifier's own read agree with the executor's "empty" (or "cordoned")? "" when it
+    does; the reason when it does not, or cannot, by ``until``; None: wait for a newer read."""
+    if seen is None or seen.at < done_at:
+        if now < until:
+            return None
+        return "no read of the scheduler by the verifier since the executor reported" + (
+            "" if seen is None else f" (last read: {seen.error or 'before the report'})")
+    if seen.left is None:
+        return None if now < until else f"the verifier cannot read the scheduler: {seen.error}"
+    cordon_only = rec.state == DrainState.CORDONED_ONLY
+    if (seen.cordoned if cordon_only else seen.left == ()):
+        return ""
+    if now < until:
+        return None
+    what = "not cordoned" if cordon_only else f"{len(seen.left)} still on it: {', '.join(seen.left[:5])}"
+    return f"the executor reported the node {'cordoned' if cordon_only else 'empty'}; the verifier's own read: {what}"
+
+
+def _reason(rec: DrainRecord | None) -> str:
+    """Why an overrun happened, in words, where the drain record knows."""
+    if rec is None:
+        return ""
+    if rec.problem:
+        return f"configuration error: {rec.problem}"
+    if rec.remaining and any(x.endswith(":unreachable") for x in rec.remaining) and Step.FALLBACK not in rec.steps:
+        why = ("the contract allows no fallback for a " + rec.kind + " notice" if not rec.fallback_allowed
+               else "its moment had not come, or kubernetes.fallback_command is empty")
+        return f"the scheduler did not answer, and no fallback ran: {why}"
+    return ""
+
+
 def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
-          move_step: str = "evict") -> Verdict | None:
-    """At most one verdict for an open notice. ``progress_at``: when its drain record arrived.
+          move_step: str = "evict", seen: Observation | None = None) -> Verdict | None:
+    """At most one verdict for an open notice. ``progress_at``: when its drain record arrived;
+    ``seen``: the verifier's own latest read of the scheduler.
 
     ``move_step`` names how this scheduler moves work off ("evict" on
     Kubernetes, "requeue" on Slurm), blamed when no step says otherwise.
     """
+    if rec is not None and rec.state in (DrainState.DRY_RUN, DrainState.IGNORED):
+        outcome = DRY_RUN if rec.state == DrainState.DRY_RUN else IGNORED
+        return Verdict(outcome, clock.notice_id, now, reason=f"{rec.state}: nothing was done to the node")
     done_at = finished_at(rec, progress_at) if rec is not None else None
-    if done_at is not None:
-        if done_at <= clock.cutoff:
-            return Verdict(DONE, clock.notice_id, now, finished_at=done_at)
-        return Verdict(OVERRUN, clock.notice_id, now, held_up_by=held_up_by(clock, rec, move_step),
-                       finished_at=done_at)
+    if done_at is not None and rec is not None:
+        if done_at > clock.cutoff:
+            return Verdict(OVERRUN, clock.notice_id, now, held_up_by=held_up_by(clock, rec, move_step),
+                           finished_at=done_at)
+        # A read that fails or disagrees for a moment (a slow server, a pod just going) is given
+        # until the cutoff, and at least VERIFY_WAIT_S, to agree: done means empty by the cutoff.
+        agreed = confirmed(rec, seen, done_at, now, max(done_at + VERIFY_WAIT_S, clock.cutoff))
+        if agreed is None:
+            return None
+        if agreed:
+            left = seen.left if seen is not None and seen.left else ()
+            return Verdict(UNVERIFIED, clock.notice_id, now, left=left, finished_at=done_at, reason=agreed)
+        return Verdict(DONE, clock.notice_id, now, finished_at=done_at)
     if now < clock.cutoff:
         return None
     if progress_at < clock.cutoff and now < clock.cutoff + PROGRESS_GRACE_S:
         return None
     left = tuple(rec.remaining or ()) if rec is not None else ()
-    return Verdict(OVERRUN, clock.notice_id, now, held_up_by=held_up_by(clock, rec, move_step), left=left)
+    return Verdict(OVERRUN, clock.notice_id, now, held_up_by=held_up_by(clock, rec, move_step), left=left,
+                   reason=_reason(rec))

@@ -54,7 +54,13 @@ class TooManyRequests(KubeError):
     """429: an eviction a PodDisruptionBudget does not allow now; retry later."""
 
 
-_BY_STATUS = {404: NotFound, 409: Conflict, 429: TooManyRequests}
+class CredentialsRefused(KubeError):
+    """401, 403, or the server's certificate failed TLS verification (status 0): the agent's
+    configuration is wrong, the server is not down. Never counted as an outage (no fallback)."""
+
+
+_BY_STATUS = {401: CredentialsRefused, 403: CredentialsRefused, 404: NotFound, 409: Conflict,
+              429: TooManyRequests}
 
 
 class Unreachable(Exception):
@@ -125,6 +131,8 @@ class KubeApi:
         try:
             resp = http.request(method, path, headers=headers, body=data)
         except HttpError as e:
+            if e.cause == "tls":
+                raise CredentialsRefused(0, "TLSVerificationFailed", f"{method} {path}: {e.detail}"[:500]) from None
             raise Unreachable(f"{method} {path}: {e}") from None
         try:
             doc = ujson.loads(resp.body) if resp.body else {}

@@ -18,7 +18,9 @@
 
 ``grace_for`` puts the contract's clock on it (the phase ends themselves are
 ``common.wire.phase_ends``, the verifier's too): the grace period an eviction may
-ask for; ``ApiHealth`` and ``down_after`` decide when the API server counts as down.
+ask for; ``ApiHealth`` and ``down_after`` decide when the API server counts as down,
+and ``fallback_due`` whether the drain may go around it now; ``dry_run_steps`` is the
+plan a dry run spools instead of acting.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.wire import Phase, PhaseEnds
 from executor.kube.pod_filters import pod_key, pods_that_count
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
@@ -85,6 +88,30 @@ def down_after(evict_s: float) -> float:
     """How long the API server may stay silent before the drain goes around it: at most a quarter
     of the contract's evict phase (so the fallback still has most of it), never over 10 s."""
     return max(0.5, min(DOWN_AFTER_MAX_S, evict_s / 4))
+
+
+def fallback_due(*, down: bool, allowed: bool, dry_run: bool, done: bool, now: float, at: float) -> bool:
+    """Go around the API server now? Only when it is down, the contract lets this notice's kind
+    do it, this is no dry run, it has not been done for this notice, and it is as late as still
+    leaves the local mechanism its lead time (``at``: ``common.wire.fallback_at``) -- a short
+    outage early in the window only waits."""
+    return down and allowed and not dry_run and not done and now >= at
+
+
+def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None, now: float,
+                  ends: PhaseEnds, held: frozenset[str], hold_all: bool) -> list[dict[str, Any]]:
+    """Each pod the drain would move, in plan order, with the grace it would ask for and the phase
+    it would leave in: at once (evict), or once its checkpointing client lets go (checkpoint)."""
+    plan = drain_plan(pods, pdbs)
+    out = []
+    for uid in plan.order():
+        t = plan.targets[uid]
+        waits = hold_all or uid in held
+        sent = max(now, ends.checkpoint_by) if waits else now
+        out.append({"pod": t.key, "uid": uid, "tier": t.tier, "lane": t.lane, "pdb": t.pdb,
+                    "phase": Phase.CHECKPOINT if waits else Phase.EVICT,
+                    "grace_s": grace_for(t.grace_s, sent, ends.cutoff) or t.grace_s})
+    return out
 
 
 @dataclass(slots=True)

@@ -1,28 +1,27 @@
 """The Kubernetes drain of one notice, run off the executor's loop (the imperative shell).
 
-One coordinator thread walks the recipe -- [exclude from load balancers],
-cordon and taint, then list / decide / evict until the node is empty -- and a
-small pool of worker threads (``workers``, 8 by default) sends the evictions,
-each over its own connection. Every decision is the pure core's
-(``eviction_book``, ``drain_plan``); this module only does the calls, keeps
-time, and reports what happened to the executor's loop in the one report
-vocabulary of ``executor.scheduler`` (the loop persists, spools and publishes
-it), so the loop keeps serving ZeroMQ and the agent socket whatever the API
+One coordinator thread walks the recipe -- [exclude from load balancers], cordon
+and taint, then list / decide / evict until the node is empty -- and a pool of
+worker threads (``workers``) sends the evictions, each over its own connection.
+Every decision is the pure core's (``eviction_book``, ``drain_plan``); this module
+does the calls, keeps time, and reports to the executor's loop in the report
+vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
 server does.
 
-When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in
-a row spanning ``down_after_s``, bounded by the contract), the drain goes
-around it: it runs the configured fallback command once (by default
-``systemctl poweroff``, which logind delays while kubelet's graceful node
-shutdown terminates the pods), reports ``drain.fallback``, and keeps probing;
-when the server answers again it reconciles (cordon and taint again, list
-what is left, ``drain.reconciled``) and carries on.
+When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in a
+row spanning ``down_after_s``), the drain waits for it, probing; it goes around
+it only as ``drain_plan.fallback_due`` allows (the contract's kinds, as late as
+leaves the kubelet its lead time, never in a dry run, once per notice) with the
+fallback command (``last_resort``): ``drain.fallback_started``, ``drain.fallback``.
+Back, it reconciles (``drain.reconciled``). 401, 403 and a failed TLS verification
+are a configuration error (``Problem``), never an outage.
+
+A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), then the state ``dry_run``.
 """
 from __future__ import annotations
 
 import copy
 import queue
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,12 +29,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from common.recorder import Recorder
+from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, PhaseEnds, Step
-from executor.kube import node_steps
-from executor.kube.api import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
-from executor.kube.drain_plan import ApiHealth, pdb_from_causes
+from executor.kube import last_resort, node_steps
+from executor.kube.api import (
+    Conflict,
+    CredentialsRefused,
+    KubeApi,
+    KubeError,
+    NotFound,
+    NotOwnNode,
+    TooManyRequests,
+    Unreachable,
+)
+from executor.kube.drain_plan import ApiHealth, fallback_due, pdb_from_causes
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
-from executor.scheduler import Announce, InPhase, Log, NewState, Remaining, Remember, Report, StepDone
+from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remaining, Remember, Report, StepDone
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -45,8 +54,8 @@ LIST_INTERVAL_S = 0.25     # how often the node is listed while pods are leaving
 PDB_REFRESH_S = 10.0
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
-FALLBACK_TIMEOUT_S = 30.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
+FALLBACK_SAVE_WAIT_S = 5.0   # for the record saying the fallback starts to be on disk
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
 
 
@@ -72,10 +81,14 @@ class DrainSpec:
     reported: tuple[str, ...] = ()                             # uids reported as PDB-blocked
     dry_run: bool = False
     workers: int = WORKERS
+    fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
+    fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
+    fallback_started: float = 0.0           # an earlier run started the fallback then (from the memo)
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
-        return {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
+        memo = {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
+        return memo | ({"fallback_started": self.fallback_started} if self.fallback_started else {})
 
 
 class Stopped(Exception):
@@ -128,9 +141,8 @@ class DrainRunner:
             self._report(InPhase(self.spec.notice_id, phase))
 
     def _warn(self, name: str, error: str) -> None:
-        """A warning for the log, keyed by (name, message text): a step retried every 0.5 s must
-        not flood it. What used to be "the same text again is dropped" is now "said again with
-        its count once WARN_REPEAT_S has passed, and at the end of the drain" (common/recorder.py)."""
+        """A warning for the log, keyed by (name, text): said again with its count once WARN_REPEAT_S
+        has passed, and at the end of the drain (common/recorder.py), never once per retry."""
         text = error[:300]
         self._warnings.record(name, text, {"error": text})
 
@@ -147,6 +159,11 @@ class DrainRunner:
     def _main(self) -> None:
         api = self._make_api()
         try:
+            if self.spec.dry_run:   # read only, one plan, an end of its own kind
+                plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs)
+                for r in last_resort.dry_run_reports(self.spec, plan):
+                    self._report(r)
+                return
             self._node_steps(api)
             if self.spec.cordon_only:
                 self._report(NewState(self.spec.notice_id, DrainState.CORDONED_ONLY))
@@ -169,15 +186,19 @@ class DrainRunner:
                 return result
             except Unreachable as e:
                 self._unanswered(api, str(e))
+            except CredentialsRefused as e:
+                self._config_error(str(e))
             except (KubeError, NotOwnNode) as e:
                 self._warn("drain.node_step_failed", str(e))
             self._wait(RETRY_S)
 
+    def _config_error(self, error: str) -> None:
+        """Not an outage: the server answered, and refused who we are (or we refused its certificate)."""
+        self._health.ok()
+        self._report(Problem(self.spec.notice_id, error[:300]))
+
     def _node_steps(self, api: KubeApi) -> None:
         s = self.spec
-        if self.spec.dry_run:
-            self._report(Announce(s.notice_id, "drain.dry_run", {"action": "cordon+taint", "taint_key": s.taint_key}))
-            return
         if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
             self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))
@@ -216,6 +237,11 @@ class DrainRunner:
                     self._health.ok()
                 except Unreachable as e:
                     self._unanswered(api, str(e))
+                    last_remaining = None   # said "unreachable" meanwhile: say what is left again
+                    self._wait(RETRY_S)
+                    continue
+                except CredentialsRefused as e:
+                    self._config_error(str(e))
                     self._wait(RETRY_S)
                     continue
                 except KubeError as e:
@@ -230,9 +256,6 @@ class DrainRunner:
                 if book.empty() and not book.in_flight():
                     self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
-                    return
-                if s.dry_run:
-                    self._report(Announce(s.notice_id, "drain.dry_run", {"action": "evict", "pods": remaining}))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
                 self._exchange(book, pool, now + LIST_INTERVAL_S)
@@ -315,46 +338,58 @@ class DrainRunner:
 
     # -- around a server that is down ---------------------------------------------------
     def _unanswered(self, api: KubeApi, error: str) -> None:
+        """One unanswered call. Once the server counts as down: wait for it, probing, and go
+        around it if (and only when) ``fallback_due`` says so; then reconcile."""
         now = self._clock()
         self._health.failed(now)
         if not self._health.down(now, self.spec.down_after_s):
             return
         down_since = self._health.since or now
-        if Step.FALLBACK not in self._steps:
-            self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **self._run_fallback(),
-                       down_for_ms=round((now - down_since) * 1000))
-        self._set_phase(Phase.FALLBACK)
+        # What keeps the node from empty now, for the record (and the verdict, should it stay so).
+        self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
         while True:
+            now = self._clock()
+            if now > self.spec.deadline + LINGER_S:   # the machine is gone, or should be: stop trying
+                self._report(NewState(self.spec.notice_id, DrainState.ENDED))
+                raise Stopped()
+            # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
+            if not self._stop.is_set() and fallback_due(
+                    down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
+                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
+                    at=self.spec.fallback_at):
+                self._fallback(error, now - down_since)
             try:
                 api.get_node()
                 break
-            except Unreachable:
+            except Unreachable as e:
+                error = str(e)
                 self._wait(PROBE_INTERVAL_S)
             except KubeError:
                 break   # an answer, even a refusal: the server is back
         self._health.ok()
         self._reconcile(api, down_since)
 
-    def _run_fallback(self) -> dict[str, Any]:
-        argv = list(self.spec.fallback_command)
-        if not argv:
-            return {"command": [], "ran": False}
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, timeout=FALLBACK_TIMEOUT_S, check=False)
-            return {"command": argv, "ran": True, "exit": proc.returncode,
-                    "stderr": proc.stderr[-300:].decode("utf-8", "replace")}
-        except (OSError, subprocess.SubprocessError) as e:
-            return {"command": argv, "ran": False, "error": str(e)[:300]}
+    def _fallback(self, error: str, down_for_s: float) -> None:
+        """Written down (and on disk) before it runs: an executor killed meanwhile never runs it twice."""
+        s, saved = self.spec, threading.Event()
+        self._memo["fallback_started"] = self._clock()
+        self._report(Remember(s.notice_id, copy.deepcopy(self._memo), saved))
+        saved.wait(FALLBACK_SAVE_WAIT_S)
+        self._set_phase(Phase.FALLBACK)
+        self._report(Announce(s.notice_id, "drain.fallback_started", {
+            "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),
+            "at": format_rfc3339(s.fallback_at), "deadline": s.deadline_text}))
+        self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **last_resort.run_command(s.fallback_command),
+                   down_for_ms=round(down_for_s * 1000))
 
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""
         s = self.spec
         detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
         try:
-            if not s.dry_run:
-                detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
             detail["remaining"] = node_steps.remaining_pods(api)
+            self._report(Remaining(s.notice_id, tuple(detail["remaining"])))
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
         self._step(Step.RECONCILED, "drain.reconciled", **detail)

@@ -9,6 +9,7 @@ is made, not at the next poll timeout.
 """
 from __future__ import annotations
 
+import math
 import os
 import ssl
 import threading
@@ -78,6 +79,9 @@ def memo_problem(memo: dict[str, Any]) -> str:
     bad = [k for k in ("evicted", "deleted") if not isinstance(memo.get(k, {}), dict)]
     if not isinstance(memo.get("reported", []), list):
         bad.append("reported")
+    started = memo.get("fallback_started", 0.0)
+    if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
+        bad.append("fallback_started")
     return f"wrong type: {bad}" if bad else ""
 
 
@@ -90,7 +94,9 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
         pdb_blocked=o.pdb_blocked, exclude_from_lb=o.exclude_from_lb, down_after_s=down_after(o.budget.evict_s),
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
         evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
-        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run)
+        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run,
+        fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
+        fallback_started=float(memo.get("fallback_started") or 0.0))
 
 
 def inputs_of(o: Order) -> Inputs:

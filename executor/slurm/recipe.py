@@ -44,6 +44,7 @@ from executor.slurm import local as slurm_local
 from executor.slurm.cli import NotOwnNode, NotRequeueable, Probe, SlurmCli, SlurmError, Unreachable
 from executor.slurm.rules import (
     drain_reason,
+    dry_run_jobs,
     is_agent_reason,
     local_plan,
     new_memo,
@@ -121,6 +122,9 @@ class SlurmDrain:
             # The drain keeps the policy it started with, whatever contract lands meanwhile.
             t.memo = new_memo(o.contract.slurm)
             self._remember(t)
+        if self.dry_run:
+            self._dry_run(t)
+            return
         ph = phase_at(o.ends, now, o.level)
         why = "slurmctld does not answer scontrol ping"
         if self._controller_answers(t.memo, now):
@@ -189,6 +193,28 @@ class SlurmDrain:
     def _finish(self, t: Tracked, state: str) -> None:
         t.finished = True
         self.out.put(NewState(t.order.notice_id, state))
+
+    # -- a dry run --------------------------------------------------------------------
+    def _dry_run(self, t: Tracked) -> None:
+        """Read once, spool the one plan, end in ``dry_run``: no write, no local signal, no second round."""
+        o, pol = t.order, t.memo["policy"]
+        plan: dict[str, Any] = {"scheduler": "slurm", "jobs": None,
+                                "drain": {"node": self.node, "reason": drain_reason(o.notice_id, o.kind, o.deadline)}}
+        try:
+            if not self.cli.ping():
+                raise Unreachable(["scontrol", "ping"], 1, "slurmctld does not answer")
+            node = self.cli.node_info(self.node)
+            plan["drain"]["already_drained"] = node.drain_set
+            running = [] if o.cordon_only else self.cli.jobs_on(self.node, "RUNNING")
+            plan["jobs"] = dry_run_jobs(running, pol, o.ends)
+        except (SlurmError, NotOwnNode) as e:
+            plan["unreadable"] = str(e)[:300]
+            self._event(o.notice_id, "drain.dry_run", {
+                "scheduler": "slurm", "action": "fallback",
+                "would": "signal the node's jobs locally at the same cutoffs (checkpoint signal, TERM, KILL)",
+                "checkpoint_by": o.ends.checkpoint_by, "kill_at": o.ends.evict_at})
+        self._event(o.notice_id, "drain.plan", plan)
+        self._finish(t, DrainState.DRY_RUN)
 
     # -- with the controller ------------------------------------------------------
     def _controller_answers(self, memo: dict[str, Any], now: float) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from common.contract import SlurmPolicy
 from common.timefmt import format_rfc3339
-from common.wire import CHECKPOINT_OVER, EVICT_OVER, FINAL, PhaseEnds
+from common.wire import CHECKPOINT_OVER, EVICT_OVER, FINAL, Phase, PhaseEnds
 from executor.slurm.cli import NodeInfo
 
 REASON_PREFIX = "sco-agent notice "
@@ -131,3 +131,13 @@ def undo_action(node: NodeInfo, other_notices: bool) -> str:
     if other_notices:
         return "kept_for_other_notice"
     return "resume"
+
+
+def dry_run_jobs(running: list[int], policy: dict[str, Any], ends: PhaseEnds) -> list[dict[str, Any]]:
+    """What a dry run says the drain would do to each running job, phase by phase, and when."""
+    move = "cancel" if policy["on_drain"] == "cancel" else "requeue"
+    return [{"job": j, "steps": [
+        {"phase": Phase.CHECKPOINT, "action": f"scancel --signal={policy['signal']} --{policy['signal_scope']}",
+         "until": ends.checkpoint_by},
+        {"phase": Phase.REQUEUE, "action": move, "at": ends.checkpoint_by},
+        {"phase": Phase.KILL, "action": "SIGKILL if still here", "at": ends.evict_at}]} for j in running]

@@ -82,3 +82,22 @@ def test_the_command_reads_the_agent_files(tmp_path, capsys, monkeypatch):
     assert ctl.main(["--config", config, "status", "--json"]) == 0
     doc = ujson.loads(capsys.readouterr().out)
     assert doc["active"][0]["id"] == "n1" and doc["contract"]["margin_s"] == 10
+
+
+def test_status_shows_when_the_fallback_would_fire_has_fired_or_never_will():
+    """Issue 16: the operator sees the fallback's moment (deadline - lead - margin), or why there is none."""
+    def active(**fields):
+        drains = {"n1": record_dict(received_at=NOW - 9.5, **{"steps": {"cordoned": NOW - 9.0}, **fields})}
+        s = summarize(node="node-a", hall="fra1", processes=[], now=NOW,
+                      files=AgentFiles(notices={"active": [NOTICE]}, drains=drains))
+        return s["active"][0], render_text(s)
+
+    a, text = active(fallback_allowed=True, fallback_lead_s=10.0)
+    assert a["fallback"] == {"state": "armed", "at": format_rfc3339(NOW + 110 - 12), "in_s": 98.0, "lead_s": 10.0}
+    assert f"fallback if the API server stays unreachable: at {format_rfc3339(NOW + 98)} (in 98.0 s" in text
+    a, text = active(fallback_allowed=False, kind="rebalance")
+    assert a["fallback"]["state"] == "never" and "no fallback (the contract allows no fallback for a rebalance" in text
+    a, text = active(fallback_allowed=True, steps={"cordoned": NOW - 9.0, "fallback": NOW - 1.0})
+    assert a["fallback"] == {"state": "ran", "at": format_rfc3339(NOW - 1.0)} and "fallback ran at" in text
+    a, text = active(problem="403 Forbidden: nodes is forbidden")
+    assert a["problem"] == "403 Forbidden: nodes is forbidden" and "configuration error: 403" in text

@@ -27,7 +27,9 @@ from typing import Any
 
 import ujson
 
-VERDICTS = ("drain.done", "drain.overrun")
+# "unverified": the executor said empty, the verifier's own read of the scheduler did not agree or
+# could not be made (issue 16) -- legitimate only under a fault, like an overrun, and with its reason.
+VERDICTS = ("drain.done", "drain.overrun", "drain.unverified")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -66,6 +68,12 @@ def check_verdict(obs: Observed) -> list[str]:
         return out
     data = verdict.get("data") or {}
     out = []
+    if verdict["type"] == "drain.unverified":
+        if not obs.overrun_allowed:
+            out.append(f"{obs.notice_id}: unverified ({data.get('reason')!r}) without a fault that makes it legitimate")
+        if not data.get("reason"):
+            out.append(f"{obs.notice_id}: unverified without a reason")
+        return out
     if not obs.overrun_allowed:
         out.append(f"{obs.notice_id}: overrun (held up by {data.get('held_up_by')!r}, left {data.get('left')}) "
                    "without a fault that makes it legitimate")

@@ -75,6 +75,15 @@ def test_source_is_not_content() -> None:
     ({"slurm": {"on_drain": "kill"}}, "'slurm.on_drain'"),
     ({"sink_url": "ftp://x/"}, "'sink_url'"),
     ({"budget": 30}, "unknown key(s) ['budget']"),
+    ({"fallback": []}, "'fallback'"),
+    ({"fallback": {"kinds": "reclaim"}}, "'fallback.kinds'"),
+    ({"fallback": {"kinds": ["cancel"]}}, "'fallback.kinds'"),
+    ({"fallback": {"kinds": ["reclaim", "reclaim"]}}, "'fallback.kinds'"),
+    ({"fallback": {"lead_s": -1}}, "'fallback.lead_s'"),
+    ({"fallback": {"lead_s": True}}, "'fallback.lead_s'"),
+    ({"fallback": {"lead_s": 3601}}, "'fallback.lead_s'"),
+    ({"fallback": {"lead": 10}}, "'fallback'"),
+    ({"kinds": {"live_migration": "evict"}}, "'kinds.live_migration'"),
 ])
 def test_bad_field_is_named_in_the_error(change: dict, field: str) -> None:
     """Every invalid field raises ValueError naming that field."""
@@ -116,3 +125,26 @@ def test_import_does_not_load_cryptography_or_json() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"
+
+
+def test_builtin_falls_back_only_for_a_reclaim_and_ignores_what_the_vm_survives() -> None:
+    """Going around the scheduler powers the machine off: only where it is going away anyway. A
+    live migration or a pause of seconds is not drained at all (issue 16)."""
+    assert BUILTIN.fallback.kinds == ("reclaim",)
+    assert BUILTIN.action_for("live_migration") == "ignore" and BUILTIN.action_for("pause") == "ignore"
+
+
+def test_fallback_section_is_partial_and_round_trips() -> None:
+    c = Contract.from_payload(dict(MINIMAL, fallback={"lead_s": 45}))
+    assert (c.fallback.kinds, c.fallback.lead_s) == (("reclaim",), 45)
+    c = Contract.from_payload(dict(MINIMAL, fallback={"kinds": ["reclaim", "maintenance"]},
+                                   kinds={"live_migration": "drain"}))
+    assert c.fallback.kinds == ("reclaim", "maintenance") and c.action_for("live_migration") == "drain"
+    assert Contract.from_payload(c.to_dict()) == c
+    assert Contract.from_payload(dict(MINIMAL, fallback={"kinds": []})).fallback.kinds == ()
+
+
+def test_fallback_moment_leaves_the_lead_time_and_a_margin() -> None:
+    from common.contract import FALLBACK_MARGIN_S, fallback_at
+
+    assert fallback_at(100.0, 10) == 100.0 - 10 - FALLBACK_MARGIN_S

@@ -117,7 +117,10 @@ def test_an_old_progress_file_loads_and_saves_in_the_same_shape(tmp_path):
     k = records["k"]
     assert (k.budget, k.acks["job:7"].status, k.memo["evicted"]) == (Budget(25, 10, 10, 5), "checkpointed",
                                                                     {"uid-1": "ns/a"})
-    assert encode_progress(records)["notices"] == {"k": OLD_KUBE, "s": OLD_SLURM}
+    # Saved again, it keeps every field it had, and gains the fallback's, frozen from the contract
+    # it is loaded with (a reclaim may fall back on the built-in contract).
+    added = {"fallback_allowed": True, "fallback_lead_s": 10.0, "problem": ""}
+    assert encode_progress(records)["notices"] == {"k": {**OLD_KUBE, **added}, "s": {**OLD_SLURM, **added}}
     progress_file.save(path, records, Logger("t", stream=log))
     assert progress_file.load(path, BUILTIN, Logger("t", stream=log), slurm_memo)["s"].memo["slurm"]["signalled"] == {
         "5": T0 + 1}

@@ -17,9 +17,13 @@ def test_dry_run_changes_nothing_on_the_api_server(tmp_path, dry_run):
         s.kube.clear_requests()
         doc = s.publish_notice(deadline_in=60)
         if dry_run:
-            actions = wait_for(lambda: (a := {e["data"].get("action") for e in s.events_of("drain.dry_run", doc["id"])})
-                               >= {"cordon+taint", "evict"} and a, 20, "dry-run actions recorded")
-            assert "cordon+taint" in actions
+            plan = s.wait_event("drain.plan", doc["id"])["data"]
+            assert plan["cordon"] is True and plan["taint"]["key"] == "sco.io/notice"
+            assert sorted(p["pod"] for p in plan["pods"]) == ["default/web-0", "default/web-1", "default/web-2"]
+            assert {p["phase"] for p in plan["pods"]} == {"evict"} and all(p["grace_s"] > 0 for p in plan["pods"])
+            verdict = s.wait_event("drain.dry_run_judged", doc["id"])
+            assert verdict["data"]["outcome"] == "dry_run"
+            assert len(s.events_of("drain.plan", doc["id"])) == 1
             writes = [r for r in s.kube.requests() if r["method"] in ("PATCH", "POST", "PUT", "DELETE")]
             assert writes == []
             assert not s.cordoned()

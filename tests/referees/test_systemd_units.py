@@ -147,8 +147,12 @@ def test_the_kubelet_fragment_is_a_kubelet_configuration_matching_docs_and_contr
     assert 0 < critical < grace                      # kubelet validation: critical must not exceed total
     drain = BUILTIN.drain
     assert grace == drain.evict_s
+    # The fallback fires lead_s (+ a margin) before the deadline, no earlier: that lead is exactly
+    # the kubelet's grace period, and logind must let the kubelet hold the poweroff that long.
+    assert grace == BUILTIN.fallback.lead_s
     inhibit = timespan_seconds(logind_dropin()["InhibitDelayMaxSec"])
     assert grace <= inhibit <= drain.evict_s + drain.margin_s
+    assert BUILTIN.fallback.lead_s <= inhibit
     with open(DOCS, encoding="utf-8") as f:
         docs = f.read()
     for key, value in (("shutdownGracePeriod", doc["shutdownGracePeriod"]),

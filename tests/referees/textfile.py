@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import ExitStack
+from pathlib import Path
 
+from tests.emulators.kube_fixture import kube_emulator
 from tests.support.drain_records import budget, record_dict
 from tests.support.notices import notice_dict
 from tests.support.promtext import Family, parse, value
@@ -30,7 +33,12 @@ def produce(base: str) -> str:
     run_dir = os.path.join(base, "run")
     prom = os.path.join(base, "sco_agent.prom")
     peers = Peers(run_dir)
-    v = VerifierProcess(base, run_dir, metrics={"textfile": prom})
+    # The verifier reads node-a itself before it calls a drain done: an empty node, on the emulator.
+    exits = ExitStack()
+    kube = exits.enter_context(kube_emulator(Path(base) / "kube"))
+    kube.add_node("node-a")
+    v = VerifierProcess(base, run_dir, metrics={"textfile": prom}, node={"scheduler": "kubernetes"},
+                        kubernetes={"api_url": kube.url, "token_file": ""})
     try:
         now = time.time()
         # Rejections as the watcher reports them (its per-start counters, common/runtime.py Rejections).
@@ -58,4 +66,5 @@ def produce(base: str) -> str:
         return wait_for(ready, 20, "the textfile to show a done, an overrun and the rejections")
     finally:
         v.stop()
+        exits.close()
         peers.close()

@@ -13,7 +13,7 @@ from tests.support import notices
 from tests.support.drain_records import budget, record
 from tests.support.fuzzing import fuzz
 from verifier import core
-from verifier.judge import PROGRESS_GRACE_S
+from verifier.judge import PROGRESS_GRACE_S, Observation
 
 T0 = 1_000_000.0
 BUDGET = budget(checkpoint_s=10, evict_s=30, margin_s=5)
@@ -22,12 +22,17 @@ BUDGET = budget(checkpoint_s=10, evict_s=30, margin_s=5)
 notice = partial(notices.notice, now=T0, node="me", received_in=0.4)
 
 
-def view(*notices: Notice, progress=None, progress_at=0.0, withdrawn=(), arrivals=None) -> core.View:
+# The verifier's own read of the node, made after every report here, agreeing: empty and cordoned.
+AGREES = Observation(T0 + 1e6, True, ())
+
+
+def view(*notices: Notice, progress=None, progress_at=0.0, withdrawn=(), arrivals=None,
+         seen: Observation | None = AGREES) -> core.View:
     """``progress``: notice id -> the fields of its drain record (on BUDGET, received with the notice)."""
     by_id = {n.id: n for n in notices}
     records = {nid: record(by_id.get(nid), budget=BUDGET, **fields) for nid, fields in (progress or {}).items()}
     return core.View(active=by_id, withdrawn=frozenset(withdrawn), progress=records,
-                     progress_at=progress_at, budget=BUDGET, arrivals=arrivals or {})
+                     progress_at=progress_at, budget=BUDGET, arrivals=arrivals or {}, seen=seen)
 
 
 def run(state, v, times):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from common.notice import Notice
 from common.wire import Escalation
 from tests.support.drain_records import budget, record
-from verifier.judge import PROGRESS_GRACE_S, escalation, held_up_by, judge, start_clock
+from verifier.judge import PROGRESS_GRACE_S, VERIFY_WAIT_S, Observation, escalation, held_up_by, judge, start_clock
 
 N = Notice(id="n1", kind="reclaim", node="me", instance_id="", issued_at=0.0, deadline=120.0,
            source="aws", received_at=1.0)
@@ -15,6 +15,7 @@ CLOCK = start_clock(N, BUDGET)
 def rec(steps, remaining=None, **fields):
     return record(N, budget=BUDGET, steps=steps, remaining=remaining, **fields)
 AFTER = CLOCK.cutoff + 0.1   # a progress report sent after the cutoff
+AGREES = Observation(1e6, True, ())   # the verifier's own read, after every report here: empty, cordoned
 
 
 def test_clock_phases_follow_the_contract_from_receipt():
@@ -47,13 +48,13 @@ def test_open_before_cutoff():
 
 
 def test_done_when_empty_before_cutoff():
-    v = judge(CLOCK, rec({"cordoned": 2.0, "node_empty": 30.0}), 30.0, now=30.1)
+    v = judge(CLOCK, rec({"cordoned": 2.0, "node_empty": 30.0}), 30.0, now=30.1, seen=AGREES)
     assert v.outcome == "done" and v.finished_at == 30.0 and v.held_up_by == ""
 
 
 def test_done_when_the_scheduler_reports_nothing_left():
     """No node_empty step yet, but the executor read the scheduler and nothing counts: done as of that report."""
-    v = judge(CLOCK, rec({"cordoned": 2.0}, []), 40.0, now=40.2)
+    v = judge(CLOCK, rec({"cordoned": 2.0}, []), 40.0, now=40.2, seen=AGREES)
     assert v.outcome == "done" and v.finished_at == 40.0
 
 
@@ -115,5 +116,64 @@ def test_notice_received_after_its_cutoff_blames_the_notice():
 
 
 def test_cordon_only_policy_is_done_once_cordoned():
-    v = judge(CLOCK, rec({"cordoned": 3.0}, state="cordoned_only"), 3.1, now=3.1)
+    v = judge(CLOCK, rec({"cordoned": 3.0}, state="cordoned_only"), 3.1, now=3.1, seen=AGREES)
     assert v.outcome == "done"
+
+
+# -- the verifier's own read (issue 16) -----------------------------------------------------------
+
+EMPTY_AT_30 = rec({"cordoned": 2.0, "node_empty": 30.0}, [], state="done")
+
+
+def test_done_waits_for_a_read_made_after_the_report():
+    """The executor's word alone is not done: a read from before its report does not count."""
+    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=30.5, seen=Observation(29.0, True, ())) is None
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=31.2, seen=Observation(31.0, True, ()))
+    assert v.outcome == "done" and v.finished_at == 30.0
+
+
+def test_a_wrong_report_is_unverified_with_what_the_read_found():
+    """The executor says empty; the API server lists a pod: never done, and the reason says why."""
+    seen = Observation(31.0, True, ("ns/still-here",))
+    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff - 0.1, seen=seen) is None   # until the cutoff to agree
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen)
+    assert v.outcome == "unverified" and v.left == ("ns/still-here",)
+    assert "empty" in v.reason and "ns/still-here" in v.reason
+
+
+def test_unreadable_scheduler_is_unverified_never_done():
+    seen = Observation(31.0, False, None, "GET /api/v1/pods: timeout")
+    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=seen) is None
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen)
+    assert v.outcome == "unverified" and "cannot read" in v.reason and "timeout" in v.reason
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=None)
+    assert v.outcome == "unverified" and "no read" in v.reason
+
+
+def test_cordon_only_needs_the_read_to_see_the_cordon():
+    r = rec({"cordoned": 3.0}, state="cordoned_only")
+    v = judge(CLOCK, r, 3.1, now=CLOCK.cutoff, seen=Observation(3.5, False, ("ns/a",)))
+    assert v.outcome == "unverified" and "not cordoned" in v.reason
+
+
+def test_a_report_just_before_the_cutoff_still_gets_verify_wait_s_to_agree():
+    late = rec({"cordoned": 2.0, "node_empty": CLOCK.cutoff - 1}, [], state="done")
+    seen = Observation(CLOCK.cutoff - 2, True, ("ns/a",))
+    assert judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + 1, seen=seen) is None
+    v = judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + VERIFY_WAIT_S, seen=seen)
+    assert v.outcome == "unverified"
+
+
+def test_dry_run_and_ignored_get_verdicts_of_their_own():
+    for state in ("dry_run", "ignored"):
+        v = judge(CLOCK, rec({}, None, state=state), 3.0, now=3.0)
+        assert v.outcome == state and "nothing was done" in v.reason
+
+
+def test_an_overrun_names_a_config_error_and_a_fallback_that_could_not_run():
+    r = rec({"cordoned": 2.0}, ["ns/a"], problem="403 Forbidden: nodes is forbidden")
+    v = judge(CLOCK, r, AFTER, now=AFTER)
+    assert v.outcome == "overrun" and v.reason == "configuration error: 403 Forbidden: nodes is forbidden"
+    r = rec({"cordoned": 2.0}, ["api-server:unreachable"], fallback_allowed=False)
+    v = judge(CLOCK, r, AFTER, now=AFTER)
+    assert "no fallback ran" in v.reason and "allows no fallback for a reclaim notice" in v.reason

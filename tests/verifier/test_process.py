@@ -8,6 +8,7 @@ import pytest
 import ujson
 
 from common.timefmt import format_rfc3339, parse_rfc3339
+from tests.emulators.kube_fixture import kube_emulator
 from tests.support.drain_records import budget, record_dict
 from tests.support.notices import notice_dict
 from tests.support.promtext import parse, value
@@ -20,11 +21,20 @@ def read_state(v: VerifierProcess) -> dict:
         return ujson.loads(f.read())
 
 
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    """The API server the verifier reads the node from itself (empty: it agrees with "done")."""
+    with kube_emulator(tmp_path_factory.mktemp("kube")) as k:
+        k.add_node("node-a")
+        yield k
+
+
 @pytest.fixture
-def rig(tmp_path):
+def rig(tmp_path, kube):
     run_dir = str(tmp_path / "run")
     peers = Peers(run_dir)
-    v = VerifierProcess(str(tmp_path), run_dir, metrics={"textfile": str(tmp_path / "sco_agent.prom")})
+    v = VerifierProcess(str(tmp_path), run_dir, metrics={"textfile": str(tmp_path / "sco_agent.prom")},
+                        node={"scheduler": "kubernetes"}, kubernetes={"api_url": kube.url, "token_file": ""})
     yield peers, v
     v.stop()
     peers.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 import ujson
@@ -18,6 +19,7 @@ from tests.support.drain_records import budget, record
 from tests.support.notices import notice_dict
 from tests.support.wait import wait_for
 from verifier.__main__ import Verifier
+from verifier.judge import Observation
 
 BUDGET = budget(checkpoint_s=1, evict_s=1, margin_s=1)
 
@@ -144,6 +146,8 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
         v.heard |= {ipc.T_NOTICE, ipc.T_CONTRACT, ipc.T_PROGRESS}
         v.progress, v.progress_at = {"n1": record(v.active["n1"], budget=BUDGET, remaining=[],
                                                   steps={"cordoned": now, "node_empty": now})}, at
+        # Its own read of the node agrees (verifier/scheduler_read.py; here without a server).
+        v.observer = SimpleNamespace(latest=Observation(at, True, ()), want=lambda on: None)
         v.check(at)
         monkeypatch.undo()
         return [t for t in sent if t in ("drain.done", "drain.overrun")]

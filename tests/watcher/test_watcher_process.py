@@ -167,7 +167,7 @@ def test_gcp_long_poll_is_heard_before_the_poll_interval(emu, rig_factory):
     rig = rig_factory(provider="gcp", url=emu.url, interval_s=30.0)
     wait_for(lambda: emu.gcp_waiters() == 2, 10, "the watcher's long-polls parked")
     emu.gcp_set(maintenance_event="MIGRATE_ON_HOST_MAINTENANCE")
-    held = rig.wait_notice(lambda n: n["kind"] == "maintenance", timeout=10)
+    held = rig.wait_notice(lambda n: n["kind"] == "live_migration", timeout=10)
     emu.gcp_set(maintenance_event="NONE")
     wait_for(lambda: held["id"] in rig.sub.latest.get("withdrawn", []), 10, "withdrawn through the long-poll")
 

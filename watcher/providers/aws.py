@@ -13,9 +13,17 @@ Three documents, each its own check (one failing does not hide the others):
   ``rebalance`` (the contract maps it to cordon-only). AWS gives no deadline;
   the earliest a reclaim can follow is one interruption notice, two minutes.
 - ``events/maintenance/scheduled``: a list of events with times in Go's
-  ``2 Jan 2006 15:04:05 GMT`` layout; ``active`` -> ``maintenance`` with the
-  deadline ``NotBefore``; ``canceled``/``completed`` (or gone from the list) ->
-  withdrawn.
+  ``2 Jan 2006 15:04:05 GMT`` layout; ``active`` -> a notice with the deadline
+  ``NotBefore``; ``canceled``/``completed`` (or gone from the list) -> withdrawn.
+  Its kind by ``Code``, as AWS defines them ("Scheduled events for Amazon EC2
+  instances", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/monitoring-instances-status-check_sched.html):
+  ``instance-stop`` (the instance is stopped; started again, it is on a new host),
+  ``instance-retirement`` (stopped, or terminated if instance-store backed),
+  ``instance-reboot`` and ``system-reboot`` (the instance, or its host, is rebooted)
+  -> ``maintenance``, which the contract drains; ``system-maintenance`` ("might be
+  temporarily affected by network maintenance or power maintenance": the instance
+  keeps running) -> ``pause``, which the built-in contract ignores. A code AWS adds
+  later drains (``maintenance``): the safe side.
 
 The token is requested with the configured TTL; the TTL AWS *granted* (echoed
 in the response header) decides when it is renewed, a little before expiry,
@@ -43,6 +51,9 @@ INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
 REBALANCE = "/latest/meta-data/events/recommendations/rebalance"
 MAINTENANCE = "/latest/meta-data/events/maintenance/scheduled"
 SPOT_ACTIONS = ("terminate", "stop", "hibernate")
+# Scheduled-event Code -> notice kind (the module docstring cites what each means).
+EVENT_KINDS = {"instance-stop": "maintenance", "instance-retirement": "maintenance",
+               "instance-reboot": "maintenance", "system-reboot": "maintenance", "system-maintenance": "pause"}
 # A spot interruption notice is issued two minutes before the action.
 SPOT_LEAD_S = 120.0
 # Renew the token this long before it expires (at most a quarter of its life),
@@ -101,7 +112,7 @@ def parse_maintenance(body: bytes, node: str, instance_id: str, now: float) -> t
         except ValueError as e:
             raise MetadataError("bad_body", f"maintenance NotBefore: {e}") from None
         notices.append(Notice(
-            id=nid, kind="maintenance", node=node, instance_id=instance_id,
+            id=nid, kind=EVENT_KINDS.get(code, "maintenance"), node=node, instance_id=instance_id,
             # AWS does not say when it scheduled the event; first sight is the best we know.
             issued_at=min(now, not_before), deadline=not_before, source="aws",
             channel="metadata", received_at=now, detail=code,
@@ -125,7 +136,7 @@ class Source(BaseSource):
         for n in self.own(active):
             if n.kind == "reclaim":
                 self.spot = n
-            elif n.kind == "maintenance":
+            elif n.kind in ("maintenance", "pause"):
                 self.maintenance.add(n.id)
 
     def poll(self, now: float) -> PollResult:

@@ -3,8 +3,15 @@
 ``GET /metadata/scheduledevents?api-version=2020-07-01`` (header ``Metadata:
 true``) lists the events of the whole placement group; ours name this VM in
 ``Resources`` (the VM name from ``/metadata/instance/compute/name``, or the
-configured node name). ``Preempt`` and ``Terminate`` -> ``reclaim``;
-``Reboot``, ``Redeploy`` and ``Freeze`` -> ``maintenance``. The deadline is
+configured node name). What each EventType means is Microsoft's ("Azure Metadata
+Service: Scheduled Events for Linux VMs",
+https://learn.microsoft.com/azure/virtual-machines/linux/scheduled-events):
+``Preempt`` (the Spot VM is being deleted) and ``Terminate`` (the VM is scheduled to be
+deleted) -> ``reclaim``; ``Reboot`` (the VM is rebooted, non-persistent memory is lost)
+and ``Redeploy`` (the VM moves to another node, ephemeral disks are lost) ->
+``maintenance``, which the contract drains; ``Freeze`` ("scheduled to pause for a few
+seconds ... no impact on memory or open files") -> ``pause``, which the built-in
+contract ignores. The deadline is
 ``NotBefore`` (RFC 1123); a Started event has none, so its deadline is the
 one its notice got while Scheduled, or first sight.
 
@@ -36,7 +43,7 @@ EVENTS_PATH = f"/metadata/scheduledevents?api-version={API_VERSION}"
 NAME_PATH = "/metadata/instance/compute/name?api-version=2021-02-01&format=text"
 HEADERS = {"Metadata": "true"}
 KINDS = {"Preempt": "reclaim", "Terminate": "reclaim",
-         "Reboot": "maintenance", "Redeploy": "maintenance", "Freeze": "maintenance"}
+         "Reboot": "maintenance", "Redeploy": "maintenance", "Freeze": "pause"}
 MAX_EVENTS = 100
 MAX_RESOURCES = 1000
 # Event ids are GUIDs; anything else in an id we build a notice id from is refused.
@@ -151,7 +158,7 @@ class Source(BaseSource):
         for event_id in gone:
             notice = self.held.pop(event_id)
             started = self.status.pop(event_id, "Scheduled") == "Started"
-            if not started or notice.kind == "maintenance":
+            if not started or notice.kind != "reclaim":
                 result.withdrawn.append(notice.id)
             self.acked.discard(event_id)
         return result

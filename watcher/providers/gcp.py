@@ -3,9 +3,15 @@
 - ``instance/preempted``: ``TRUE`` once the VM is marked for preemption ->
   ``reclaim``; the VM gets 30 s (ACPI soft-off, then hard-off), counted from
   when we first saw it.
-- ``instance/maintenance-event``: ``TERMINATE_ON_HOST_MAINTENANCE`` or
-  ``MIGRATE_ON_HOST_MAINTENANCE`` -> ``maintenance`` (the contract decides
-  drain or cordon), ~60 s from first sight; back to ``NONE`` -> withdrawn.
+- ``instance/maintenance-event``, ~60 s from first sight; back to ``NONE`` ->
+  withdrawn. What each value means is Google's ("Getting live migration notices",
+  https://cloud.google.com/compute/docs/metadata/getting-live-migration-notice, and
+  "About host events", https://cloud.google.com/compute/docs/instances/host-maintenance-overview):
+  ``MIGRATE_ON_HOST_MAINTENANCE``: the VM is live-migrated to another host and keeps
+  running (memory, disks, network; a brief blackout) -> ``live_migration``, which the
+  built-in contract ignores: draining would do more harm than the migration.
+  ``TERMINATE_ON_HOST_MAINTENANCE``: the VM is stopped (and maybe restarted
+  elsewhere) -> ``maintenance``, which the contract drains.
 
 Every request carries ``Metadata-Flavor: Google``. To hear a change at once,
 one thread per key long-polls ``?wait_for_change=true&last_etag=E`` (with a
@@ -34,7 +40,9 @@ INSTANCE_ID = "instance/id"
 FLAVOR = {"Metadata-Flavor": "Google"}
 PREEMPT_GRACE_S = 30.0
 MAINTENANCE_LEAD_S = 60.0
-MAINTENANCE_EVENTS = ("MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE")
+# maintenance-event value -> notice kind (see the module docstring for Google's words).
+MAINTENANCE_KINDS = {"MIGRATE_ON_HOST_MAINTENANCE": "live_migration", "TERMINATE_ON_HOST_MAINTENANCE": "maintenance"}
+MAINTENANCE_EVENTS = tuple(MAINTENANCE_KINDS)
 LONG_POLL_S = 60          # the server answers unchanged after this; the thread asks again
 RETRY_MAX_S = 5.0
 _ETAG = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
@@ -66,7 +74,7 @@ def preemption_notice(node: str, instance_id: str, first_seen: float) -> Notice:
 def maintenance_notice(node: str, instance_id: str, event: str, first_seen: float) -> Notice:
     # Maintenance recurs: the first sighting tells one event from the next.
     return Notice(
-        id=derived_id("gcp", instance_id, "maintenance", f"{event}@{first_seen:.3f}"), kind="maintenance",
+        id=derived_id("gcp", instance_id, "maintenance", f"{event}@{first_seen:.3f}"), kind=MAINTENANCE_KINDS[event],
         node=node, instance_id=instance_id, issued_at=first_seen,
         deadline=first_seen + MAINTENANCE_LEAD_S, source="gcp", channel="metadata",
         received_at=first_seen, detail=event,
@@ -137,7 +145,7 @@ class Source(BaseSource):
         for n in self.own(active):
             if n.kind == "reclaim" and n.detail == "preempted":
                 self.preempted_at = n.issued_at
-            elif n.kind == "maintenance" and n.detail in MAINTENANCE_EVENTS:
+            elif n.detail in MAINTENANCE_EVENTS and n.kind == MAINTENANCE_KINDS[n.detail]:
                 self.maintenance[n.detail] = n
 
     def poll(self, now: float) -> PollResult:

@@ -36,7 +36,14 @@ class Drain:
     def __init__(self, make_api: Callable[[], KubeApi], spec: DrainSpec, inputs: Inputs | None = None) -> None:
         self.spec = spec
         self.reports: list[Report] = []
-        self.runner = DrainRunner(spec, make_api, self.reports.append, inputs).start()
+        self.runner = DrainRunner(spec, make_api, self._report, inputs).start()
+
+    def _report(self, r: Report) -> None:
+        """As the executor's loop does: a Remember that waits for the disk is let go once kept."""
+        self.reports.append(r)
+        saved = getattr(r, "saved", None)
+        if saved is not None:
+            saved.set()
 
     def events(self, event: str) -> list[dict[str, Any]]:
         return [r.data for r in list(self.reports) if isinstance(r, (Announce, StepDone)) and r.event == event]

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import pytest
 
+from common.wire import PhaseEnds
 from executor.kube.drain_plan import (
     ApiHealth,
     down_after,
     drain_plan,
+    dry_run_steps,
+    fallback_due,
     grace_for,
     pdb_from_causes,
     selector_matches,
@@ -96,3 +99,25 @@ def test_down_after_is_bounded_by_the_contract():
     assert down_after(10) == 2.5
     assert down_after(600) == 10.0
     assert down_after(0) == 0.5
+
+
+# -- going around the server: only when every condition holds (issue 16) ------------------------
+
+DUE = {"down": True, "allowed": True, "dry_run": False, "done": False, "now": 50.0, "at": 48.0}
+
+
+def test_fallback_is_due_only_when_every_condition_holds():
+    assert fallback_due(**DUE)
+    for change in ({"down": False}, {"allowed": False}, {"dry_run": True}, {"done": True}, {"now": 47.9}):
+        assert not fallback_due(**{**DUE, **change}), change
+
+
+def test_dry_run_steps_list_each_pod_in_order_with_its_grace_and_phase():
+    ends = PhaseEnds(checkpoint_by=20.0, evict_at=40.0, cutoff=55.0)
+    pods = [pod("web", grace=30), pod("dns", ns="kube-system", priority_class="system-node-critical"),
+            pod("job", grace=120), pod("ds", owner=("DaemonSet", "agent"))]
+    steps = dry_run_steps(pods, None, 10.0, ends, held=frozenset({"uid-default-job"}), hold_all=False)
+    assert [(s["pod"], s["phase"], s["tier"], s["grace_s"]) for s in steps] == [
+        ("default/job", "checkpoint", 0, 35),    # held until checkpoint_by, then what is left to the cutoff
+        ("default/web", "evict", 0, 30),         # its own grace fits
+        ("kube-system/dns", "evict", 1, 30)]     # critical last; the DaemonSet pod does not count

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
 from executor.kube.api import KubeApi, NotOwnNode
 from executor.kube.eviction_book import Inputs
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_DEADLINE, A_NOTICE, EXCLUDE_LB_LABEL
-from executor.scheduler import InPhase, Log, Remaining, Remember
+from executor.scheduler import InPhase, Log, NewState, Problem, Remaining, Remember
 from tests.emulators.kube import objects
 from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import NODE, OTHER, TAINT_KEY, Drain, make_spec
@@ -218,7 +219,9 @@ def test_api_server_down_falls_back_then_reconciles(kube, drains, tmp_path):
     kube.add_pod("app", NODE)
     marker = tmp_path / "fallback-ran"
     kube.down()
-    d = start(kube, drains, fallback_command=("touch", str(marker)))
+    d = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True, fallback_at=time.time())
+    started = d.wait_event("drain.fallback_started")
+    assert started["command"] == ["touch", str(marker)]
     ev = d.wait_event("drain.fallback")
     assert ev["ran"] is True and ev["exit"] == 0 and marker.exists()
     kube.up()
@@ -227,6 +230,100 @@ def test_api_server_down_falls_back_then_reconciles(kube, drains, tmp_path):
     d.wait_state("done")
     assert kube.node(NODE)["spec"]["unschedulable"] is True
     assert d.steps()[:3] == ["fallback", "reconciled", "cordoned"]
+
+
+def test_the_fallback_is_on_record_before_it_runs_and_never_runs_twice(kube, drains, tmp_path):
+    """The memo saying it starts is handed over (and waited for) before the command runs; a drain
+    restarted on that memo -- an executor killed while the command ran -- does not run it again."""
+    marker = tmp_path / "fallback-ran"
+    kube.down()
+    d = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True, fallback_at=time.time())
+    d.wait_event("drain.fallback")
+    remembered = [r for r in d.reports if isinstance(r, Remember) and "fallback_started" in r.memo]
+    started = next(i for i, r in enumerate(d.reports) if getattr(r, "event", "") == "drain.fallback_started")
+    assert remembered and d.reports.index(remembered[0]) < started
+    d.stop()
+    marker.unlink()
+    again = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True,
+                  fallback_at=time.time(), fallback_started=remembered[0].memo["fallback_started"])
+    wait_for(lambda: any(isinstance(r, Remaining) and r.items == ("api-server:unreachable",) for r in again.reports),
+             10, "the restarted drain waiting for the server")
+    kube.up()
+    again.wait_event("drain.reconciled")
+    assert again.events("drain.fallback_started") == [] and not marker.exists()
+
+
+def test_a_server_down_early_in_the_window_is_waited_for(kube, drains, tmp_path):
+    """Down, but the fallback's moment (deadline - lead) is still ahead: no fallback; back, the drain finishes."""
+    kube.add_pod("app", NODE)
+    marker = tmp_path / "fallback-ran"
+    kube.down()
+    d = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True,
+              fallback_at=time.time() + 3600)
+    wait_for(lambda: any(isinstance(r, Remaining) and r.items == ("api-server:unreachable",) for r in d.reports),
+             10, "the drain waiting for the server")
+    kube.up()
+    d.wait_state("done")
+    assert d.events("drain.fallback") == [] and d.events("drain.fallback_started") == [] and not marker.exists()
+    assert "reconciled" in d.steps()
+
+
+def test_a_kind_the_contract_does_not_allow_never_falls_back(kube, drains, tmp_path):
+    """A rebalance (not in the contract's fallback kinds) with the server down, past the moment: it only waits."""
+    marker = tmp_path / "fallback-ran"
+    kube.down()
+    d = start(kube, drains, kind="rebalance", fallback_command=("touch", str(marker)), fallback_allowed=False,
+              fallback_at=time.time() - 1)
+    wait_for(lambda: any(isinstance(r, Remaining) and r.items == ("api-server:unreachable",) for r in d.reports),
+             10, "the drain waiting for the server")
+    kube.up()
+    d.wait_event("drain.reconciled")   # it waited the outage out, past the moment, and never went around it
+    assert d.events("drain.fallback") == [] and d.events("drain.fallback_started") == [] and not marker.exists()
+
+
+def test_dry_run_with_the_server_down_spools_one_plan_and_ends(kube, drains, tmp_path):
+    marker = tmp_path / "fallback-ran"
+    kube.down()
+    d = start(kube, drains, dry_run=True, fallback_command=("touch", str(marker)), fallback_allowed=True,
+              fallback_at=time.time() - 1)
+    d.wait_state("dry_run")
+    (plan,) = d.events("drain.plan")
+    assert plan["pods"] is None and plan["unreadable"] and plan["cordon"] is True
+    (would,) = d.events("drain.dry_run")
+    assert would["action"] == "fallback" and would["command"] == ["touch", str(marker)] and would["possible"]
+    assert would["if_unreachable_at"]
+    assert not marker.exists() and d.events("drain.fallback") == []
+    kube.up()
+
+
+def test_dry_run_plan_lists_each_pod_in_order_with_grace_and_phase(kube, drains):
+    kube.seed(critical("dns"))
+    kube.add_pod("web", NODE)
+    kube.clear_requests()
+    d = start(kube, drains, dry_run=True, inputs=Inputs(held=frozenset()))
+    d.wait_state("dry_run")
+    (plan,) = d.events("drain.plan")
+    assert plan["cordon"] is True and plan["taint"] == {"key": TAINT_KEY, "value": "reclaim", "effect": "NoSchedule"}
+    assert [(p["pod"], p["phase"], p["tier"]) for p in plan["pods"]] == [
+        ("default/web", "evict", 0), ("kube-system/dns", "evict", 1)]
+    assert all(isinstance(p["grace_s"], int) for p in plan["pods"])
+    assert [r for r in kube.requests() if r["method"] != "GET"] == []
+    assert sum(isinstance(r, NewState) for r in d.reports) == 1
+
+
+def test_a_refused_credential_is_a_config_error_not_an_outage(emulator, drains, tmp_path):
+    """401 on every call: a Problem (the verdict's reason), never the fallback."""
+    marker = tmp_path / "fallback-ran"
+    with kube_emulator(tmp_path / "auth", tokens={"good": "system:node:node-a"}) as kube:
+        kube.add_node(NODE)
+        d = Drain(lambda: KubeApi(kube.url, NODE, "wrong-token", timeout_s=1.0),
+                  make_spec(fallback_command=("touch", str(marker)), fallback_allowed=True,
+                            fallback_at=time.time() - 1))
+        drains.append(d)
+        problem = wait_for(lambda: next((r for r in d.reports if isinstance(r, Problem)), None), 10, "a Problem")
+        assert problem.reason.startswith("401")
+        d.stop()
+    assert d.events("drain.fallback") == [] and not marker.exists()
 
 
 def test_a_restarted_drain_never_evicts_a_pod_twice(kube, drains):

@@ -110,10 +110,27 @@ def test_dry_run_changes_nothing_and_says_what_it_would_do():
     fake.running = [5]
     r = Run(fake, dry_run=True)
     out = r.out
-    r.rounds(2)
-    assert fake.calls.count("node_info") >= 2
+    r.rounds(3)
+    # One read, one plan, an end of its own kind: no second round, no write.
+    assert fake.calls.count("node_info") == 1
     assert not {"drain", "signal", "requeue", "cancel", "resume"} & set(fake.calls)
-    assert [d["action"] for d in out.of("drain.dry_run")] == ["drain", "signal 5"]
+    (plan,) = out.of("drain.plan")
+    assert "n-1" in plan["drain"]["reason"] and plan["drain"]["node"] == "n1"
+    assert [j["job"] for j in plan["jobs"]] == [5]
+    assert [s["phase"] for s in plan["jobs"][0]["steps"]] == ["checkpoint", "requeue", "kill"]
+    assert out.rec["state"] == "dry_run"
+
+
+def test_dry_run_with_the_controller_down_says_what_it_would_do_and_ends():
+    fake = FakeSlurm()
+    fake.up = False
+    r = Run(fake, dry_run=True)
+    r.rounds(2)
+    (plan,) = r.out.of("drain.plan")
+    assert plan["jobs"] is None and "does not answer" in plan["unreadable"]
+    (would,) = r.out.of("drain.dry_run")
+    assert would["action"] == "fallback"
+    assert r.out.rec["state"] == "dry_run" and not {"drain", "signal"} & set(fake.calls)
 
 
 def test_a_drain_that_timed_out_but_landed_is_not_sent_again():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import ujson
 
 from common.timefmt import parse_rfc3339
 from tests.watcher.conftest import make_config
@@ -32,6 +33,16 @@ def test_rebalance_is_its_own_kind():
     n = parse_rebalance(b'{"noticeTime": "2020-10-16T19:18:24Z"}', "node-a", INSTANCE, now=0.0)
     assert n.kind == "rebalance" and n.issued_at == parse_rfc3339("2020-10-16T19:18:24Z")
     assert n.deadline == n.issued_at + 120
+
+
+@pytest.mark.parametrize("code,kind", [("instance-stop", "maintenance"), ("instance-retirement", "maintenance"),
+                                       ("instance-reboot", "maintenance"), ("system-reboot", "maintenance"),
+                                       ("system-maintenance", "pause"), ("a-code-aws-adds-later", "maintenance")])
+def test_each_scheduled_event_code_maps_to_what_aws_says_it_does(code, kind):
+    body = ujson.dumps([{"Code": code, "State": "active", "EventId": "instance-event-1",
+                         "NotBefore": "1 Jan 2030 01:03:47 GMT"}]).encode()
+    (n,), _ = parse_maintenance(body, "node-a", INSTANCE, now=0.0)
+    assert (n.kind, n.detail) == (kind, code)
 
 
 def test_maintenance_active_and_ended():

@@ -21,7 +21,7 @@ def doc(*events) -> bytes:
 
 @pytest.mark.parametrize("event_type,kind", [("Preempt", "reclaim"), ("Terminate", "reclaim"),
                                              ("Reboot", "maintenance"), ("Redeploy", "maintenance"),
-                                             ("Freeze", "maintenance")])
+                                             ("Freeze", "pause")])
 def test_documented_event_types(event_type, kind):
     events, refused = parse_events(doc({**EVENT, "EventType": event_type}))
     n = event_notice(events[0], "node-a", first_seen=1.0)

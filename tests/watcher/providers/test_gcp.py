@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from common.contract import BUILTIN
 from tests.support.wait import wait_for
 from tests.watcher.conftest import make_config
 from watcher.providers import MetadataError, gcp
@@ -42,13 +43,20 @@ def test_maintenance_then_none_withdraws(emu, event):
     src = source(emu)
     emu.gcp_set(maintenance_event=event)
     held = src.poll(100.0).notices
-    assert [(n.kind, n.detail, n.deadline) for n in held] == [("maintenance", event, 160.0)]
+    assert [(n.kind, n.detail, n.deadline) for n in held] == [(gcp.MAINTENANCE_KINDS[event], event, 160.0)]
     assert src.poll(105.0).notices == held
     emu.gcp_set(maintenance_event="NONE")
     r = src.poll(110.0)
     assert r.withdrawn == [held[0].id] and r.notices == []
     emu.gcp_set(maintenance_event=event)           # the next event is another notice
     assert src.poll(300.0).notices[0].id != held[0].id
+
+
+def test_the_kind_is_what_google_says_the_event_does():
+    """A live migration keeps the VM running (the built-in contract ignores it); a terminate stops it."""
+    assert gcp.MAINTENANCE_KINDS == {"MIGRATE_ON_HOST_MAINTENANCE": "live_migration",
+                                     "TERMINATE_ON_HOST_MAINTENANCE": "maintenance"}
+    assert BUILTIN.action_for("live_migration") == "ignore" and BUILTIN.action_for("maintenance") == "drain"
 
 
 def test_resumed_maintenance_is_withdrawn_after_a_restart(emu):

@@ -1,0 +1,96 @@
+"""executor.drain (the core) for issue 16: an ignored kind does nothing at all; a config error is said
+once and kept for the verdict; the order carries the contract's fallback choice and moment."""
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from common.contract import BUILTIN, FALLBACK_MARGIN_S, Contract
+from common.log import Logger
+from common.wire import DrainState, Step
+from executor.drain import Drains
+from executor.scheduler import Order, Problem, Report, Withdrawal
+from tests.support.notices import notice
+
+
+class FakeScheduler:
+    def __init__(self) -> None:
+        self.orders: list[Order] = []
+        self.pending: list[Report] = []
+
+    def advance(self, order: Order, now: float) -> None:
+        self.orders.append(order)
+
+    def withdraw(self, w: Withdrawal, now: float) -> None:
+        pass
+
+    def reports(self) -> list[Report]:
+        out, self.pending = self.pending, []
+        return out
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+class FakeShell:
+    def __init__(self) -> None:
+        self.log = Logger("executor", stream=io.StringIO())
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def emit(self, type: str, notice_id: str, data: dict[str, Any], now: float) -> object:
+        self.events.append((type, notice_id, data))
+        return None
+
+    def save(self) -> None:
+        pass
+
+    def publish(self) -> None:
+        pass
+
+
+def drains(contract: Contract = BUILTIN) -> tuple[Drains, FakeScheduler, FakeShell]:
+    sched, shell = FakeScheduler(), FakeShell()
+    d = Drains(sched, None, shell, {})
+    d.contract, d.contract_heard = contract, True
+    return d, sched, shell
+
+
+def test_a_kind_the_contract_ignores_is_never_handed_to_the_scheduler():
+    """GCP's live migration (built-in: ignore) and a rebalance a contract set to ignore: no cordon, nothing."""
+    contract = Contract.from_payload({**BUILTIN.to_dict(), "kinds": {"rebalance": "ignore"}})
+    d, sched, shell = drains(contract)
+    for kind in ("live_migration", "rebalance", "pause"):
+        n = notice(f"n-{kind}", kind)
+        d.active = {n.id: n}
+        d.turn(n.received_at + 1)
+        d.turn(n.received_at + 2)
+        assert d.records[n.id].state == DrainState.IGNORED
+        assert [e[0] for e in shell.events if e[1] == n.id] == ["drain.started", "drain.ignored"]
+    assert sched.orders == []
+
+
+def test_the_order_carries_the_fallback_choice_and_moment():
+    d, sched, _ = drains()
+    for kind, allowed in (("reclaim", True), ("maintenance", False), ("rebalance", False)):
+        n = notice(f"n-{kind}", kind)
+        d.active = {n.id: n}
+        d.turn(n.received_at)
+        o = sched.orders[-1]
+        assert (o.notice_id, o.fallback_allowed) == (n.id, allowed)
+        assert o.fallback_at == n.deadline - BUILTIN.fallback.lead_s - FALLBACK_MARGIN_S
+
+
+def test_a_config_error_is_said_once_and_kept_for_the_verdict():
+    d, sched, shell = drains()
+    n = notice()
+    d.active = {n.id: n}
+    d.turn(n.received_at)
+    sched.pending = [Problem(n.id, "403 Forbidden: nope"), Problem(n.id, "403 Forbidden: nope")]
+    d.on_reports(n.received_at + 1)
+    rec = d.records[n.id]
+    assert rec.problem == "403 Forbidden: nope" and Step.CONFIG_ERROR in rec.steps
+    assert [e[2] for e in shell.events if e[0] == "drain.config_error"] == [{"reason": "403 Forbidden: nope"}]
+    assert rec.state == DrainState.RUNNING   # still retried: someone may fix the credential
