@@ -109,7 +109,7 @@ def unschedulable(admin: KubeClient) -> bool:
 
 
 def record(s: Stack, nid: str) -> dict:
-    with open(os.path.join(s.agent.run_dir, "executor.json"), "rb") as f:
+    with open(os.path.join(s.agent.state_dir, "executor.json"), "rb") as f:
         return json.loads(f.read())[nid]
 
 
