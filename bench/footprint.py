@@ -24,6 +24,7 @@ import time
 
 import ujson
 
+from bench.cow_pages import report as cow_report
 from bench.procstats import activity, composition, table
 from tests.support.stack import NODE, Stack
 from tests.support.wait import wait_for
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             print(headline("idle", idle))
             print("distinct pages by what maps them (MiB):")
             print(composition(pids))
+            print("anonymous pages each worker copied from supervisord's, by 8-byte words changed (MiB):")
+            print(cow_report(pids))
 
             for i in range(PODS):
                 stack.kube.add_pod(f"pod-{i}", NODE, owner=("ReplicaSet", f"rs-{i % 11}"))
