@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import queue
+import random
 import subprocess
 import threading
 import time
@@ -31,18 +32,27 @@ from typing import TYPE_CHECKING, Any
 
 from common.recorder import Recorder
 from common.wire import DrainState, Phase, PhaseEnds, Step
-from executor.kube import node_steps
-from executor.kube.api import Conflict, KubeApi, KubeError, NotFound, NotOwnNode, TooManyRequests, Unreachable
+from executor.kube import node_steps, pacing
+from executor.kube.api import (
+    Conflict,
+    KubeApi,
+    KubeError,
+    NotFound,
+    NotOwnNode,
+    Throttled,
+    TooManyRequests,
+    Unreachable,
+)
 from executor.kube.drain_plan import ApiHealth, pdb_from_causes
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
+from executor.kube.node_listing import NodeListing, Sight
 from executor.scheduler import Announce, InPhase, Log, NewState, Remaining, Remember, Report, StepDone
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 WORKERS = 8                # measured: more parallel evictions only collide (research notes)
-LIST_INTERVAL_S = 0.25     # how often the node is listed while pods are leaving
-PDB_REFRESH_S = 10.0
+LIST_INTERVAL_S = 0.25     # how often the plan is redone from the watched pods (no request)
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
 FALLBACK_TIMEOUT_S = 30.0
@@ -72,6 +82,7 @@ class DrainSpec:
     reported: tuple[str, ...] = ()                             # uids reported as PDB-blocked
     dry_run: bool = False
     workers: int = WORKERS
+    write_spread_s: float = 0.0   # the contract's bound on the hall's first-write jitter
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
@@ -95,7 +106,8 @@ class DrainRunner:
         self._memo = spec.memo()
         self._local = threading.local()
         self._health = ApiHealth()
-        self._answers: queue.Queue[tuple[str, Answer]] = queue.Queue()
+        self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: pods changed
+        self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
@@ -162,6 +174,7 @@ class DrainRunner:
 
     def _call_node(self, api: KubeApi, fn: Callable[[], Any]) -> Any:
         """One node call, retried until it is answered; goes around a server that is down."""
+        throttles = 0
         while True:
             try:
                 result = fn()
@@ -169,15 +182,26 @@ class DrainRunner:
                 return result
             except Unreachable as e:
                 self._unanswered(api, str(e))
+            except Throttled as e:
+                throttles += 1
+                self._warn("drain.throttled", str(e))
+                self._wait(pacing.throttled_delay(throttles, e.retry_after, self._rand))
+                continue
             except (KubeError, NotOwnNode) as e:
                 self._warn("drain.node_step_failed", str(e))
             self._wait(RETRY_S)
+
+    def _first_write(self, node: str) -> None:
+        """The hall's agents got their notices in the same second: each cordons at its own offset."""
+        if not self._steps & {Step.CORDONED, Step.LB_EXCLUDED}:
+            self._wait(pacing.first_write_delay(node, self.spec.write_spread_s))
 
     def _node_steps(self, api: KubeApi) -> None:
         s = self.spec
         if self.spec.dry_run:
             self._report(Announce(s.notice_id, "drain.dry_run", {"action": "cordon+taint", "taint_key": s.taint_key}))
             return
+        self._first_write(api.node)
         if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
             self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))
@@ -198,8 +222,8 @@ class DrainRunner:
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
-        pdbs: list[dict[str, Any]] | None = None
-        pdbs_at = float("-inf")
+        # The node's pods come from a watch, not from a LIST every turn (node_listing).
+        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn).start()
         last_remaining: list[str] | None = None
         try:
             while True:
@@ -209,25 +233,18 @@ class DrainRunner:
                 if now > s.deadline + LINGER_S:
                     self._report(NewState(s.notice_id, DrainState.ENDED))
                     return
-                try:
-                    if now - pdbs_at >= PDB_REFRESH_S:
-                        pdbs, pdbs_at = self._pdbs(api), now
-                    pods = api.list_pods()
-                    self._health.ok()
-                except Unreachable as e:
-                    self._unanswered(api, str(e))
-                    self._wait(RETRY_S)
+                sight = self._look(listing, api, now)
+                if sight is None:
                     continue
-                except KubeError as e:
-                    self._warn("drain.list_failed", str(e))
-                    self._wait(RETRY_S)
+                if sight.pods is None:   # the first list is not in yet
+                    self._exchange(book, pool, now + LIST_INTERVAL_S)
                     continue
-                book.observe(pods, pdbs)
+                book.observe(sight.pods, sight.pdbs)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
-                if book.empty() and not book.in_flight():
+                if book.empty() and not book.in_flight() and sight.confirmed:
                     self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
@@ -237,7 +254,25 @@ class DrainRunner:
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
                 self._exchange(book, pool, now + LIST_INTERVAL_S)
         finally:
+            listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _look(self, listing: NodeListing, api: KubeApi, now: float) -> Sight | None:
+        """The node as the listing sees it now, or None (after the wait) if it could not say."""
+        try:
+            sight = listing.look(now)
+            self._health.ok()
+            return sight
+        except Unreachable as e:
+            self._unanswered(api, str(e))
+            self._wait(RETRY_S)
+        except Throttled as e:
+            self._warn("drain.throttled", str(e))
+            self._wait(pacing.throttled_delay(1, e.retry_after, self._rand))
+        except KubeError as e:
+            self._warn("drain.list_failed", str(e))
+            self._wait(RETRY_S)
+        return None
 
     def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
         """Send what the book says, feed it the answers, until the next listing is due."""
@@ -257,11 +292,13 @@ class DrainRunner:
                 if self._stop.is_set():
                     raise Stopped() from None
                 continue
+            if answer is None:   # the watch saw the node's pods change: plan again now
+                return
             if answer.outcome == "unreachable":
                 self._health.failed(self._clock())
             else:
                 self._health.ok()
-            self._forward(book.answer(uid, answer, self._clock()))
+            self._forward(book.answer(uid, answer, self._clock(), self._rand()))
 
     def _forward(self, emits: list[Emit]) -> None:
         """The book's events to the loop; what a restart must not do again goes into the memo."""
@@ -280,14 +317,6 @@ class DrainRunner:
                 continue
             self._report(Remember(nid, copy.deepcopy(self._memo)))
 
-    def _pdbs(self, api: KubeApi) -> list[dict[str, Any]] | None:
-        try:
-            return api.list_pdbs()
-        except KubeError as e:
-            # Typically 403: the identity may not read PDBs. Plan by owner instead (see drain_plan).
-            self._warn("drain.pdbs_unreadable", str(e))
-            return None
-
     # -- a worker thread ------------------------------------------------------------------
     def _send(self, action: Action) -> None:
         api = getattr(self._local, "api", None)
@@ -301,8 +330,10 @@ class DrainRunner:
             answer = Answer("accepted")
         except (NotFound, Conflict):
             answer = Answer("gone")   # 409: the UID precondition failed, our pod is gone
-        except TooManyRequests as e:
-            answer = Answer("blocked", e.message, pdb_from_causes(e.causes))
+        except Throttled as e:
+            answer = Answer("throttled", e.message, retry_after=e.retry_after)
+        except TooManyRequests as e:   # PdbRefused
+            answer = Answer("blocked", e.message, pdb_from_causes(e.causes), e.retry_after)
         except KubeError as e:
             answer = Answer("error", str(e))
         except Unreachable as e:
