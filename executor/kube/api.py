@@ -249,6 +249,12 @@ class KubeApi:
             self._eviction_version = found if found in POLICY_VERSIONS else "-"
         return None if self._eviction_version == "-" else self._eviction_version
 
+    def share_discovery(self, other: KubeApi) -> None:
+        """Take what ``other`` (a client of the same server) already discovered: one GET /api/v1
+        per drain, not one per worker thread."""
+        if self._eviction_version is None:
+            self._eviction_version = other._eviction_version
+
     def _own_pod(self, pod: dict[str, Any]) -> tuple[str, str, str]:
         md = pod.get("metadata") or {}
         ns, name, uid = str(md.get("namespace") or ""), str(md.get("name") or ""), str(md.get("uid") or "")

@@ -105,6 +105,7 @@ class DrainRunner:
         self._steps = set(spec.steps_done)
         self._memo = spec.memo()
         self._local = threading.local()
+        self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
         self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: pods changed
         self._rand = random.Random(spec.notice_id + spec.kind).random
@@ -157,7 +158,7 @@ class DrainRunner:
 
     # -- the recipe -----------------------------------------------------------------------
     def _main(self) -> None:
-        api = self._make_api()
+        api = self._main_api = self._make_api()
         try:
             self._node_steps(api)
             if self.spec.cordon_only:
@@ -322,26 +323,10 @@ class DrainRunner:
         api = getattr(self._local, "api", None)
         if api is None:
             api = self._local.api = self._make_api()
-        try:
-            if action.op == "delete":
-                api.delete_pod(action.pod, action.grace_s)
-            else:
-                api.evict_pod(action.pod, action.grace_s)
-            answer = Answer("accepted")
-        except (NotFound, Conflict):
-            answer = Answer("gone")   # 409: the UID precondition failed, our pod is gone
-        except Throttled as e:
-            answer = Answer("throttled", e.message, retry_after=e.retry_after)
-        except TooManyRequests as e:   # PdbRefused
-            answer = Answer("blocked", e.message, pdb_from_causes(e.causes), e.retry_after)
-        except KubeError as e:
-            answer = Answer("error", str(e))
-        except Unreachable as e:
-            answer = Answer("unreachable", str(e))
-        except NotOwnNode as e:
-            answer = Answer("refused", str(e))
-        except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
-            answer = Answer("error", f"{type(e).__name__}: {e}")
+            if self._main_api is not None:
+                api.share_discovery(self._main_api)
+        answer = _answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
+                            else api.evict_pod(action.pod, action.grace_s))
         self._answers.put((action.uid, answer))
 
     # -- around a server that is down ---------------------------------------------------
@@ -389,3 +374,24 @@ class DrainRunner:
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
         self._step(Step.RECONCILED, "drain.reconciled", **detail)
+
+
+def _answer_of(call: Callable[[], None]) -> Answer:
+    """The book's answer for one eviction or delete: what the server (or the agent) said."""
+    try:
+        call()
+        return Answer("accepted")
+    except (NotFound, Conflict):
+        return Answer("gone")   # 409: the UID precondition failed, our pod is gone
+    except Throttled as e:
+        return Answer("throttled", e.message, retry_after=e.retry_after)
+    except TooManyRequests as e:   # PdbRefused
+        return Answer("blocked", e.message, pdb_from_causes(e.causes), e.retry_after)
+    except KubeError as e:
+        return Answer("error", str(e))
+    except Unreachable as e:
+        return Answer("unreachable", str(e))
+    except NotOwnNode as e:
+        return Answer("refused", str(e))
+    except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
+        return Answer("error", f"{type(e).__name__}: {e}")

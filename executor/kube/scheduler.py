@@ -85,7 +85,8 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
         pdb_blocked=o.pdb_blocked, exclude_from_lb=o.exclude_from_lb, down_after_s=down_after(o.budget.evict_s),
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
         evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
-        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run)
+        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run,
+        write_spread_s=o.contract.first_write_spread_ms / 1000.0)
 
 
 def inputs_of(o: Order) -> Inputs:

@@ -74,6 +74,9 @@ def test_source_is_not_content() -> None:
     ({"slurm": {"signal_scope": "all"}}, "'slurm.signal_scope'"),
     ({"slurm": {"on_drain": "kill"}}, "'slurm.on_drain'"),
     ({"sink_url": "ftp://x/"}, "'sink_url'"),
+    ({"first_write_spread_ms": -1}, "'first_write_spread_ms'"),
+    ({"first_write_spread_ms": 10_001}, "'first_write_spread_ms'"),
+    ({"first_write_spread_ms": True}, "'first_write_spread_ms'"),
     ({"budget": 30}, "unknown key(s) ['budget']"),
 ])
 def test_bad_field_is_named_in_the_error(change: dict, field: str) -> None:
