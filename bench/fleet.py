@@ -55,6 +55,7 @@ FILL_WORKERS = 16
 NOISY_LOOPS = 4
 SPREAD_S = 1.0   # the contract's default first_write_spread_ms
 _METRIC = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$', re.MULTILINE)
+_REJECTED = re.compile(r'^apiserver_flowcontrol_rejected_requests_total\{([^}]*)\} (\S+)$', re.MULTILINE)
 
 
 class Fleet:
@@ -115,16 +116,21 @@ class Fleet:
         return all(p.get("status", {}).get("disruptionsAllowed", 0) == PODS // PDBS // 2 for p in items
                    if p["metadata"]["namespace"].startswith("fleet-"))
 
-    def metrics(self) -> tuple[float, float, float]:
-        """(requests, 429s, API server CPU seconds) so far."""
+    def metrics(self) -> tuple[float, float, float, dict[str, float]]:
+        """(requests, 429s, API server CPU seconds, APF rejections by priority level) so far."""
         text = self.admin.request("GET", "/metrics").text
         total = throttled = 0.0
         for labels, value in _METRIC.findall(text):
             total += float(value)
             if 'code="429"' in labels:
                 throttled += float(value)
+        rejected: dict[str, float] = {}
+        for labels, value in _REJECTED.findall(text):
+            level = re.search(r'priority_level="([^"]*)"', labels)
+            key = level.group(1) if level else "?"
+            rejected[key] = rejected.get(key, 0.0) + float(value)
         cpu = psutil.Process(self.server.pids["kube-apiserver"]).cpu_times()
-        return total, throttled, cpu.user + cpu.system
+        return total, throttled, cpu.user + cpu.system, rejected
 
     def agent_api(self, node: str, statuses: list[int]) -> Any:
         """The node's agent's client factory; every answer's status goes to ``statuses`` (0: none)."""
@@ -199,7 +205,7 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     if name == "noisy-fs":
         fleet.kubectl("delete", "-f", str(REPO / "deploy/kubernetes/flowschema-v1beta1.yaml"))
     plane.cache.watch_nodes(nodes)
-    requests0, throttled0, cpu0 = fleet.metrics()
+    requests0, throttled0, cpu0, rejected0 = fleet.metrics()
     plane_requests0 = plane.requests
     stop_noise, noise = threading.Event(), [0]
     if name.startswith("noisy"):
@@ -226,7 +232,7 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
         r.stop()
     if central is not None:
         central.stop()
-    requests1, throttled1, cpu1 = fleet.metrics()
+    requests1, throttled1, cpu1, rejected1 = fleet.metrics()
     empty = {n: plane.cache.empty_at[n] - t0 for n in nodes if n in plane.cache.empty_at}
     times = [empty.get(n, float("inf")) for n in nodes]
     on_time = sum(1 for t in times if t <= deadline_s)
@@ -241,7 +247,9 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
            "time_to_drain_all_s": None if drain_all is None else round(drain_all, 2),
            "evictions_per_s": round(gone / window, 1) if window > 0 else None,
            "server_requests_per_node": round(server_requests / len(nodes), 1),
-           "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1)}
+           "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1),
+           "apf_rejected": {k: int(v - rejected0.get(k, 0.0)) for k, v in rejected1.items()
+                            if v - rejected0.get(k, 0.0) > 0}}
     if counts:   # the agents' own count, exact (the server's also holds the noisy loop's)
         per_node = [len(v) for v in counts.values()]
         row["agent_requests_per_node"] = round(sum(per_node) / len(nodes), 1)

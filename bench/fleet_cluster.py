@@ -28,8 +28,8 @@ from tests.rigs.kube_real_objects import FakeControlPlane, KubeClient, pdb_statu
 from tests.rigs.kube_real_rig import RealApiServer
 
 Obj = dict[str, Any]
-KUBELETS = 6
-DISRUPTION_WORKERS = 4
+KUBELETS = 32              # the real ones run one per node
+DISRUPTION_WORKERS = 8
 WATCH_TIMEOUT_S = 600
 
 
@@ -88,11 +88,46 @@ class PodCache:
             return list(self.pods.values()), dirty
 
 
-class PodInformer:
-    """One list + watch of every pod, applied to a ``PodCache`` (a thread; ``stop`` ends the watch)."""
+class PdbCache:
+    """Every PodDisruptionBudget, from a list + watch, and the namespaces whose PDBs changed."""
 
-    def __init__(self, server: RealApiServer, cache: PodCache) -> None:
-        self.server, self.cache = server, cache
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_ns: dict[str, dict[str, Obj]] = {}
+        self.dirty: set[str] = set()
+
+    def reset(self, items: list[Obj]) -> None:
+        with self.lock:
+            self.by_ns.clear()
+            for pdb in items:
+                self._put(pdb)
+
+    def _put(self, pdb: Obj) -> None:
+        ns = pdb["metadata"]["namespace"]
+        self.by_ns.setdefault(ns, {})[pdb["metadata"]["name"]] = pdb
+        self.dirty.add(ns)
+
+    def apply(self, event: Obj, now: float) -> None:
+        with self.lock:
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._put(event["object"])
+            elif event["type"] == "DELETED":
+                md = event["object"]["metadata"]
+                self.by_ns.get(md["namespace"], {}).pop(md["name"], None)
+
+    def take(self, also: set[str]) -> dict[str, list[Obj]]:
+        """The PDBs of the namespaces that changed (``also``: where their pods changed)."""
+        with self.lock:
+            namespaces, self.dirty = self.dirty | also, set()
+            return {ns: list(self.by_ns.get(ns, {}).values()) for ns in namespaces if self.by_ns.get(ns)}
+
+
+class PodInformer:
+    """One list + watch of every pod (or of ``resource``), applied to its cache (a thread; ``stop``
+    ends the watch)."""
+
+    def __init__(self, server: RealApiServer, cache: PodCache | PdbCache, resource: str = "/api/v1/pods") -> None:
+        self.server, self.cache, self.resource = server, cache, resource
         self._stopping = threading.Event()
         self._stream: WatchStream | None = None
         self._thread = threading.Thread(target=self._watch, name="pod-informer", daemon=True)
@@ -115,12 +150,12 @@ class PodInformer:
         rv = ""
         while not self._stopping.is_set():
             if not rv:
-                resp = http.request("GET", "/api/v1/pods?resourceVersion=0", headers=headers)
+                resp = http.request("GET", f"{self.resource}?resourceVersion=0", headers=headers)
                 doc = ujson.loads(resp.body)
                 self.cache.reset(doc["items"])
                 rv = doc["metadata"]["resourceVersion"]
             stream = self._stream = WatchStream(
-                http, f"/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds={WATCH_TIMEOUT_S}",
+                http, f"{self.resource}?watch=1&resourceVersion={rv}&timeoutSeconds={WATCH_TIMEOUT_S}",
                 headers, read_timeout_s=WATCH_TIMEOUT_S + 30)
             try:
                 stream.open()
@@ -148,15 +183,19 @@ class FleetControlPlane(FakeControlPlane):
         self._disruption = ThreadPoolExecutor(max_workers=DISRUPTION_WORKERS, thread_name_prefix="disruption")
         self._local = threading.local()
         self._finishing: set[str] = set()
-        self._informer = PodInformer(server, self.cache)
+        self.pdbs = PdbCache()
+        self._informers = (PodInformer(server, self.cache),
+                           PodInformer(server, self.pdbs, "/apis/policy/v1beta1/poddisruptionbudgets"))
 
     def start(self) -> FleetControlPlane:
-        self._informer.start()
+        for informer in self._informers:
+            informer.start()
         super().start()
         return self
 
     def stop(self) -> None:
-        self._informer.stop()
+        for informer in self._informers:
+            informer.stop()
         super().stop()
         self._kubelets.shutdown(wait=True, cancel_futures=True)
         self._disruption.shutdown(wait=True, cancel_futures=True)
@@ -166,14 +205,19 @@ class FleetControlPlane(FakeControlPlane):
         pods, dirty = self.cache.take()
         for pod in pods_to_finish(pods):
             self._kubelets.submit(self._finish_once, pod)
-        if not dirty:
+        todo = self.pdbs.take(dirty)
+        if not todo:
             return
         by_ns: dict[str, list[Obj]] = {}
         for pod in pods:
             ns = pod["metadata"]["namespace"]
-            if ns in dirty:
+            if ns in todo:
                 by_ns.setdefault(ns, []).append(pod)
-        for future in [self._disruption.submit(self._sync_namespace, ns, by_ns.get(ns, [])) for ns in sorted(dirty)]:
+        # From the informers' caches, as the real controller does; a PUT on a stale PDB gets 409,
+        # and the watch brings the new version, which dirties the namespace again.
+        puts = [(pdb, status) for ns, pdbs in todo.items() for pdb in pdbs
+                if (status := pdb_status(pdb, by_ns.get(ns, []))) != pdb.get("status")]
+        for future in [self._disruption.submit(self._put_one, pdb, status) for pdb, status in puts]:
             future.result()
 
     def _client(self) -> KubeClient:
@@ -182,18 +226,10 @@ class FleetControlPlane(FakeControlPlane):
             client = self._local.client = self.server.client()
         return client
 
-    def _sync_namespace(self, ns: str, pods: list[Obj]) -> None:
-        """The disruption controller's sync of one namespace's PDBs (the real one keeps them in an
-        informer; this one reads them, as its status must carry the current resourceVersion)."""
-        client = self._client()
+    def _put_one(self, pdb: Obj, status: Obj) -> None:
         with self.cache.lock:
             self.requests += 1
-        for pdb in client.must("GET", f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets")["items"]:
-            status = pdb_status(pdb, pods)
-            if status != pdb.get("status"):
-                with self.cache.lock:
-                    self.requests += 1
-                self._put_status(client, pdb, status)
+        self._put_status(self._client(), pdb, status)
 
     def _finish_once(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]

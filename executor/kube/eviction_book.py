@@ -144,12 +144,20 @@ class EvictionBook:
         self.throttled_until = float("-inf")
 
     # -- inputs -------------------------------------------------------------------------
-    def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
-        """A fresh listing of the node: replan, and learn which pods left or appeared."""
+    def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
+                now: float | None = None) -> None:
+        """A fresh listing of the node: replan, and learn which pods left or appeared. With ``now``,
+        a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
+        moment the budget can allow the next one, sooner than the backoff would say."""
         self.plan = drain_plan(pods, pdbs)
+        freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase != IN_FLIGHT:
+                if st.phase != GONE and uid in self.targets:
+                    freed.add(self.targets[uid].lane)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
+        if now is not None and freed:
+            self._wake(freed, now + pacing.LANE_WAKE_S)
         for uid, t in self.plan.targets.items():
             self.targets[uid] = t
             seen = self.states.get(uid)
@@ -161,6 +169,12 @@ class EvictionBook:
                 self.states[uid] = st
             elif seen.phase in (PENDING, RETRY) and t.terminating:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
+
+    def _wake(self, lanes: set[str], at: float) -> None:
+        for uid, t in self.plan.targets.items():
+            st = self.states.get(uid)
+            if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
+                self.states[uid] = dataclasses.replace(st, retry_at=at)
 
     def answer(self, uid: str, answer: Answer, now: float, draw: float = 0.0) -> list[Emit]:
         """Feed the answer to the pod's call in flight; ``draw``: a random number in [0, 1) for

@@ -32,8 +32,9 @@ THROTTLE_DEFAULT_S = 1.0    # APF's own Retry-After (1 s): used when a 429 carri
 THROTTLE_MAX_S = 8.0        # repeated throttling backs off exponentially up to this
 THROTTLE_JITTER = 0.5       # up to +50 % of the wait, drawn per retry
 REFUSED_FIRST_S = 0.1       # a PDB refusal: exponential from 0.1 s ...
-REFUSED_MAX_S = 1.0         # ... at most 1 s: a budget frees up when a replacement turns Ready
+REFUSED_MAX_S = 2.0         # ... at most 2 s; the drain also retries when a pod of the lane leaves
 REFUSED_JITTER = 0.25
+LANE_WAKE_S = 0.2           # that long after a pod left (the disruption controller's turn first)
 RETRY_AFTER_MAX_S = 60.0    # a Retry-After beyond this is not believed (the notice is shorter)
 
 
@@ -76,9 +77,10 @@ def throttled_delay(attempts: int, retry_after: float | None, rand: Callable[[],
 
 
 def refused_delay(attempts: int, retry_after: float | None, rand: Callable[[], float]) -> float:
-    """Wait after the ``attempts``-th PDB refusal of a pod: exponential from 0.1 s, at most 1 s
-    (kubectl's fixed 5 s wastes most of a short notice), but never before a Retry-After the
-    server set (1.20 sets none; newer servers say 10 s), plus jitter."""
+    """Wait after the ``attempts``-th PDB refusal of a pod: exponential from 0.1 s, at most 2 s
+    (kubectl's fixed 5 s wastes most of a short notice; the runner retries sooner when a pod of
+    the lane leaves, see ``EvictionBook.observe``), but never before a Retry-After the server set
+    (1.20 sets none; newer servers say 10 s), plus jitter."""
     base = min(REFUSED_MAX_S, REFUSED_FIRST_S * 2.0 ** max(0, attempts - 1))
     if retry_after:
         base = max(base, retry_after)

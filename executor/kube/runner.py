@@ -240,7 +240,7 @@ class DrainRunner:
                 if sight.pods is None:   # the first list is not in yet
                     self._exchange(book, pool, now + LIST_INTERVAL_S)
                     continue
-                book.observe(sight.pods, sight.pdbs)
+                book.observe(sight.pods, sight.pdbs, now)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))

@@ -45,10 +45,10 @@ def test_throttling_never_retries_before_retry_after_and_backs_off_with_jitter()
 
 def test_a_pdb_refusal_retries_soon_but_honours_a_retry_after():
     assert pacing.refused_delay(1, None, lambda: 0.0) == pytest.approx(0.1)
-    assert pacing.refused_delay(10, None, lambda: 0.0) == 1.0
+    assert pacing.refused_delay(10, None, lambda: 0.0) == pacing.REFUSED_MAX_S
     assert pacing.refused_delay(1, 0.0, lambda: 0.0) == pytest.approx(0.1)   # 1.20 says 0: no floor
     assert pacing.refused_delay(1, 10.0, lambda: 0.0) == 10.0                # newer servers say 10
-    assert pacing.refused_delay(10, None, lambda: 1.0) == 1.0 * (1 + pacing.REFUSED_JITTER)
+    assert pacing.refused_delay(10, None, lambda: 1.0) == pacing.REFUSED_MAX_S * (1 + pacing.REFUSED_JITTER)
 
 
 def test_the_first_write_spread_is_deterministic_bounded_and_spreads_a_hall():
