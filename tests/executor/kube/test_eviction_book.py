@@ -6,7 +6,6 @@ import dataclasses
 import pytest
 
 from common.wire import Budget, phase_ends
-from executor.kube.pacing import LANE_WAKE_S, REFUSED_MAX_S
 from executor.kube.eviction_book import (
     ACCEPTED,
     GONE,
@@ -18,6 +17,7 @@ from executor.kube.eviction_book import (
     PodState,
     transition,
 )
+from executor.kube.pacing import LANE_WAKE_S, REFUSED_MAX_S
 from tests.executor.kube.podspecs import pdb, pod
 
 T0 = 1000.0
