@@ -290,17 +290,25 @@ def line(row: dict[str, Any]) -> str:
 
 
 def headline(rows: list[dict[str, Any]], deadline_s: float) -> dict[str, Any]:
-    """Share on time for each; time-to-drain-all of the agents against each peer (a peer that did not
-    finish is counted at the deadline, so its ratio is an upper bound, marked so)."""
+    """Share on time for each; the agents' time-to-drain-all against each peer's. A drain that did
+    not finish counts at the deadline, so the ratio is then a bound (``*_finished`` says which);
+    with neither finished there is no ratio, and the eviction rates compare instead."""
     by = {r["scenario"]: r for r in rows}
     out: dict[str, Any] = {"share_on_time": {k: r["share_on_time"] for k, r in by.items()}}
-    agent = by.get("agents", {}).get("time_to_drain_all_s")
+    if "agents" not in by:
+        return out
+    agent = by["agents"]
     ratios: dict[str, Any] = {}
     for peer in ("central", "kubectl", "noisy+fs", "noisy-fs"):
-        if peer in by and agent is not None:
-            theirs = by[peer]["time_to_drain_all_s"]
-            ratios[peer] = {"ratio": round(agent / (theirs if theirs is not None else deadline_s), 4),
-                            "peer_finished": theirs is not None}
+        if peer not in by:
+            continue
+        ours, theirs = agent["time_to_drain_all_s"], by[peer]["time_to_drain_all_s"]
+        ratio = None
+        if ours is not None or theirs is not None:
+            ratio = round((ours if ours is not None else deadline_s) / (theirs if theirs is not None else deadline_s), 4)
+        rate = by[peer]["evictions_per_s"]
+        ratios[peer] = {"ratio": ratio, "agents_finished": ours is not None, "peer_finished": theirs is not None,
+                        "evictions_per_s_ratio": round(agent["evictions_per_s"] / rate, 2) if rate else None}
     out["agents_time_to_drain_all_vs"] = ratios
     return out
 
