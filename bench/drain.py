@@ -34,7 +34,8 @@ from typing import Any
 from common.http import TlsFiles
 from common.wire import Budget, phase_ends
 from executor.kube.api import KubeApi
-from executor.kube.runner import DrainRunner, DrainSpec
+from executor.kube.drain_spec import DrainSpec
+from executor.kube.runner import DrainRunner
 from executor.scheduler import NewState, Report
 from tests.emulators.kube_fixture import kubectl as run_kubectl
 from tests.rigs.kube_real_fixture import cached_binary

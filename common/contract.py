@@ -21,7 +21,7 @@ of ``BUILTIN``; ``kinds``, ``slurm`` and ``fallback`` may also be partial)::
      "pdb_blocked": "report", "exclude_from_lb": false,
      "fallback": {"kinds": ["reclaim"], "lead_s": 10},
      "slurm": {"signal": "SIGTERM", "signal_scope": "full", "on_drain": "requeue"},
-     "sink_url": null}
+     "sink_url": null, "first_write_spread_ms": 1000}
 
 Unknown keys are refused, never ignored: a misspelt ``budget`` that silently
 fell back to a default would change the drain budget without anyone noticing,
@@ -54,6 +54,9 @@ SLURM_ON_DRAIN = ("requeue", "cancel")
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGWINCH")
 
 MAX_BUDGET_S = 3600  # Azure's longest scheduled-event notice is 15 min; an hour is generous.
+# The hall's agents spread their first API write over at most this (issue 19): more would cordon
+# too late to keep new pods off a node whose notice is 25 s long.
+MAX_FIRST_WRITE_SPREAD_MS = 10_000
 
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 # A Kubernetes qualified name: optional DNS-subdomain prefix, '/', a name of at most 63 characters.
@@ -111,6 +114,9 @@ class Contract:
     slurm: SlurmPolicy
     sink_url: str | None
     fallback: Fallback = Fallback(("reclaim",), 10)
+    # Each agent's first write (the cordon) waits a slot in [0, this) derived from its node name,
+    # so a hall noticed in the same second does not cordon in one burst (executor.kube.pacing).
+    first_write_spread_ms: int = 1000
     source: str = field(default="bundle", compare=False)
 
     def action_for(self, kind: str) -> str:
@@ -145,6 +151,7 @@ class Contract:
             },
             "sink_url": self.sink_url,
             "fallback": {"kinds": list(self.fallback.kinds), "lead_s": self.fallback.lead_s},
+            "first_write_spread_ms": self.first_write_spread_ms,
         }
 
     @classmethod
@@ -172,6 +179,8 @@ class Contract:
             slurm=_parse_slurm(top.get("slurm", {})),
             sink_url=_url(top.get("sink_url", BUILTIN.sink_url), "sink_url"),
             fallback=_parse_fallback(top.get("fallback", {})),
+            first_write_spread_ms=_int(top.get("first_write_spread_ms", BUILTIN.first_write_spread_ms),
+                                       "first_write_spread_ms", 0, MAX_FIRST_WRITE_SPREAD_MS),
             source=source,
         )
 

@@ -18,12 +18,15 @@ and NodeRestriction refuses a node its own taints.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import ujson
 
 from common.http import SYSTEM_TLS, HttpClient, HttpError, TlsFiles
+from executor.kube import pacing
+from executor.kube.watch_stream import WatchStream
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -51,7 +54,9 @@ class NotFound(KubeError):
 
 
 class TooManyRequests(KubeError):
-    """429: an eviction a PodDisruptionBudget does not allow now; retry later."""
+    """429: retry later, not before ``retry_after`` (seconds, from the Retry-After header)."""
+
+    retry_after: float | None = None
 
 
 class CredentialsRefused(KubeError):
@@ -59,8 +64,15 @@ class CredentialsRefused(KubeError):
     configuration is wrong, the server is not down. Never counted as an outage (no fallback)."""
 
 
-_BY_STATUS = {401: CredentialsRefused, 403: CredentialsRefused, 404: NotFound, 409: Conflict,
-              429: TooManyRequests}
+class PdbRefused(TooManyRequests):
+    """429 with a DisruptionBudget cause: an eviction a PodDisruptionBudget does not allow now."""
+
+
+class Throttled(TooManyRequests):
+    """429 without that cause: API Priority and Fairness (or another limiter) shed the request."""
+
+
+_BY_STATUS = {401: CredentialsRefused, 403: CredentialsRefused, 404: NotFound, 409: Conflict}
 
 
 class Unreachable(Exception):
@@ -114,11 +126,19 @@ class KubeApi:
             self.taint_http = HttpClient(api_url, timeout_s=timeout_s, max_body=1 << 20,
                                          tls=TlsFiles(ca_file=_ca_of(tls)) if taint_tls is None else taint_tls)
         self._eviction_version: str | None = None
+        # Every request and its status (0: no answer), for a bench or test counting the agent's load.
+        self.on_request: Callable[[str, str, int], None] | None = None
+        self._watch: WatchStream | None = None
 
     def close(self) -> None:
         self.http.close()
         if self.taint_http is not self.http:
             self.taint_http.close()
+        self.stop_watch()
+
+    def _count(self, method: str, path: str, status: int) -> None:
+        if self.on_request is not None:
+            self.on_request(method, path, status)
 
     def _call(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
               ok: tuple[int, ...] = (200, 201), as_taint: bool = False) -> dict[str, Any]:
@@ -131,9 +151,11 @@ class KubeApi:
         try:
             resp = http.request(method, path, headers=headers, body=data)
         except HttpError as e:
+            self._count(method, path, 0)
             if e.cause == "tls":
                 raise CredentialsRefused(0, "TLSVerificationFailed", f"{method} {path}: {e.detail}"[:500]) from None
             raise Unreachable(f"{method} {path}: {e}") from None
+        self._count(method, path, resp.status)
         try:
             doc = ujson.loads(resp.body) if resp.body else {}
         except ValueError:
@@ -142,16 +164,27 @@ class KubeApi:
             doc = {}
         if resp.status in ok:
             return doc
-        if resp.status in (502, 503, 504):
+        raise self._error_for(resp.status, doc, resp.body, resp.headers, f"{method} {path}")
+
+    @staticmethod
+    def _error_for(status: int, doc: dict[str, Any], body: bytes, headers: dict[str, str],
+                   what: str = "") -> Exception:
+        """The exception for an error answer (``doc``: its Status, {} if it was not one)."""
+        if status in (502, 503, 504):
             # A proxy or load balancer in front of a server that is down: no answer, not a refusal.
-            raise Unreachable(f"{method} {path}: HTTP {resp.status}")
-        details = doc.get("details")
-        if not isinstance(details, dict):
-            details = {}
-        causes = tuple(str(c.get("message", ""))[:300] for c in details.get("causes") or []
-                       if isinstance(c, dict))
-        cls = _BY_STATUS.get(resp.status, KubeError)
-        raise cls(resp.status, str(doc.get("reason", "")), str(doc.get("message", ""))[:500], causes)
+            return Unreachable(f"{what}: HTTP {status}")
+        causes = tuple(str(c.get("message", ""))[:300] for c in pacing.status_causes(doc))
+        if status == 429:
+            # 1.20's APF rejection is plain text ("Too many requests, please try again later."),
+            # so the body's own words stand in for a Status message.
+            throttled = pacing.classify_429(doc) == pacing.THROTTLED
+            err: TooManyRequests = (Throttled if throttled else PdbRefused)(
+                429, str(doc.get("reason", "TooManyRequests")),
+                str(doc.get("message", "") or body[:200].decode("utf-8", "replace").strip())[:500], causes)
+            err.retry_after = pacing.retry_after_s(headers.get("retry-after"))
+            return err
+        cls = _BY_STATUS.get(status, KubeError)
+        return cls(status, str(doc.get("reason", "")), str(doc.get("message", ""))[:500], causes)
 
     # -- the node -----------------------------------------------------------------
     def get_node(self) -> dict[str, Any]:
@@ -171,28 +204,82 @@ class KubeApi:
         return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type, as_taint=True)
 
     # -- pods on the node -------------------------------------------------------
-    def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod bound to this node, following pagination."""
+    def list_pods(self, resource_version: str = "") -> list[dict[str, Any]]:
+        """Every pod bound to this node, following pagination (see ``list_pods_at``)."""
+        return self.list_pods_at(resource_version)[0]
+
+    def list_pods_at(self, resource_version: str = "") -> tuple[list[dict[str, Any]], str]:
+        """Every pod bound to this node and the list's resourceVersion (to start a watch from).
+
+        ``resource_version`` "0": served from the API server's watch cache, no etcd read (the
+        server then ignores limit and answers in one page); "": a consistent read from etcd."""
         pods: list[dict[str, Any]] = []
         cont = ""
         selector = quote(f"spec.nodeName={self.node}")
+        rv = f"&resourceVersion={quote(resource_version)}" if resource_version else ""
         while True:
-            path = f"/api/v1/pods?fieldSelector={selector}&limit=500"
+            path = f"/api/v1/pods?fieldSelector={selector}&limit=500{rv}"
             if cont:
                 path += f"&continue={quote(cont)}"
             doc = self._call("GET", path)
             # Trust, but verify: a server ignoring the selector must not make us evict elsewhere.
             pods.extend(pod for pod in doc.get("items") or [] if pod_node(pod) == self.node)
-            cont = (doc.get("metadata") or {}).get("continue") or ""
+            meta = doc.get("metadata") or {}
+            cont = meta.get("continue") or ""
             if not cont:
-                return pods
+                return pods, str(meta.get("resourceVersion") or "")
+            rv = ""   # a continue token carries its own resourceVersion
 
-    def list_pdbs(self) -> list[dict[str, Any]]:
-        """Every PodDisruptionBudget (for planning only; the server enforces them). KubeError 403
-        when the identity may not read them: the plan then guesses from pod owners."""
+    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """The watch events (``{"type", "object"}``) of this node's pods after ``resource_version``,
+        until the server ends the watch (``timeoutSeconds``) or ``stop_watch``. Raises Unreachable,
+        KubeError (a Throttled 429, a 410 as an ERROR event is yielded, not raised)."""
+        selector = quote(f"spec.nodeName={self.node}")
+        path = (f"/api/v1/pods?watch=1&fieldSelector={selector}&resourceVersion={quote(resource_version)}"
+                f"&timeoutSeconds={int(timeout_s)}&allowWatchBookmarks=true")
+        stream = self._watch = WatchStream(self.http, path, self.headers, read_timeout_s=timeout_s + 15.0)
+        try:
+            try:
+                status, headers, body = stream.open()
+            except OSError as e:
+                self._count("WATCH", path, 0)
+                raise Unreachable(f"GET {path}: {type(e).__name__}: {e}") from None
+            self._count("WATCH", path, status)
+            if status != 200:
+                try:
+                    doc = ujson.loads(body) if body else {}
+                except ValueError:
+                    doc = {}
+                raise self._error_for(status, doc if isinstance(doc, dict) else {}, body, headers, f"GET {path}")
+            yield from stream.events()
+        finally:
+            stream.close()
+            self._watch = None
+
+    def stop_watch(self) -> None:
+        """End a watch running in another thread (its read fails, the generator returns)."""
+        stream = self._watch
+        if stream is not None:
+            stream.close()
+
+    def list_pdbs(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
+        """The PodDisruptionBudgets of these namespaces only (those of the node's pods), 100 a page
+        (for planning only; the server enforces them). KubeError 403 when the identity may not
+        read them: the plan then guesses from pod owners."""
         version = self.eviction_version() or "v1"
-        doc = self._call("GET", f"/apis/policy/{version}/poddisruptionbudgets?limit=500")
-        return [p for p in doc.get("items") or [] if isinstance(p, dict)]
+        out: list[dict[str, Any]] = []
+        for ns in sorted(set(namespaces)):
+            cont = ""
+            while True:
+                path = f"/apis/policy/{version}/namespaces/{quote(ns)}/poddisruptionbudgets?limit=100"
+                if cont:
+                    path += f"&continue={quote(cont)}"
+                doc = self._call("GET", path)
+                out.extend(p for p in doc.get("items") or [] if isinstance(p, dict))
+                cont = (doc.get("metadata") or {}).get("continue") or ""
+                if not cont:
+                    break
+        return out
 
     def eviction_version(self) -> str | None:
         """The policy/* version of the Eviction subresource, from discovery of /api/v1 (as kubectl
@@ -207,6 +294,12 @@ class KubeApi:
                     break
             self._eviction_version = found if found in POLICY_VERSIONS else "-"
         return None if self._eviction_version == "-" else self._eviction_version
+
+    def share_discovery(self, other: KubeApi) -> None:
+        """Take what ``other`` (a client of the same server) already discovered: one GET /api/v1
+        per drain, not one per worker thread."""
+        if self._eviction_version is None:
+            self._eviction_version = other._eviction_version
 
     def _own_pod(self, pod: dict[str, Any]) -> tuple[str, str, str]:
         md = pod.get("metadata") or {}

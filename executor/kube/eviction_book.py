@@ -10,7 +10,12 @@ A pod's phases, and the answer that moves it (``_NEXT``)::
     pending --send--> in_flight --accepted--> accepted --(gone from listing)--> gone
                           |  \\--gone (404, or 409: the UID precondition says it is another pod)--> gone
                           |   \\--refused (not our node: never retried)--> refused
-                          \\--blocked (429) / error / unreachable--> retry --(backoff due)--> in_flight
+                          \\--blocked (PDB 429) / throttled (APF 429) / error / unreachable--> retry
+                                                                          --(backoff due)--> in_flight
+
+The two 429s get their own retry (``executor.kube.pacing``): a PDB refusal is retried
+soon and counts towards escalation at the cutoff; a throttled answer holds every send of
+the book until the server's Retry-After (with jitter) and never escalates the pod.
 
 Scheduling, before the evict cutoff: lanes (one PDB each) send one eviction
 at a time and never skip past a pod its PDB blocks; tier 1 (system-critical)
@@ -31,23 +36,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.wire import PhaseEnds
+from executor.kube import pacing
 from executor.kube.drain_plan import EMPTY_PLAN, Plan, Target, drain_plan, grace_for
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
-OUTCOMES = ("accepted", "gone", "blocked", "error", "unreachable", "refused")
-_NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "error": RETRY, "unreachable": RETRY,
-         "refused": REFUSED}
-ESCALATE_ON = ("blocked", "error")   # an unreachable server is not the pod's budget: just retry
-BACKOFF_FIRST_S = 0.1
-BACKOFF_MAX_S = 1.0
+OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused")
+_NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "throttled": RETRY, "error": RETRY,
+         "unreachable": RETRY, "refused": REFUSED}
+# An unreachable or throttling server is not the pod's budget: just retry.
+ESCALATE_ON = ("blocked", "error")
 STUCK_AFTER_S = 3.0
-
-
-def retry_delay(attempts: int) -> float:
-    """Exponential from 0.1 s, at most 1 s: a PDB frees up when a replacement turns Ready, which
-    can be any moment, and the notice window is short; kubectl's fixed 5 s wastes most of it."""
-    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** max(0, attempts - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,8 @@ class PodState:
     phase: str = PENDING
     op: str = ""                  # the call in flight or last sent: evict | delete
     grace_s: int | None = None    # gracePeriodSeconds of that call (None: the pod's own)
-    attempts: int = 0             # answers that did not move the pod
+    attempts: int = 0             # answers that did not move the pod (throttling not counted)
+    throttles: int = 0            # throttled answers in a row
     last: str = ""                # the last answer's outcome
     retry_at: float = 0.0
     blocked_since: float | None = None
@@ -69,6 +69,7 @@ class Answer:
     outcome: str        # one of OUTCOMES
     detail: str = ""
     pdb: str = ""
+    retry_after: float | None = None   # the 429's Retry-After, seconds
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -99,16 +100,25 @@ class Emit:
     data: dict[str, Any]
 
 
-def transition(st: PodState, answer: Answer, now: float) -> PodState:
-    """The state after an answer to the call in flight."""
+def transition(st: PodState, answer: Answer, now: float, draw: float = 0.0) -> PodState:
+    """The state after an answer to the call in flight; ``draw`` in [0, 1): the retry's jitter."""
+    def rand() -> float:
+        return draw
+
     phase = _NEXT[answer.outcome]
+    if answer.outcome == "throttled":
+        throttles = st.throttles + 1
+        return dataclasses.replace(
+            st, phase=RETRY, throttles=throttles, last=st.last or "throttled",
+            retry_at=now + pacing.throttled_delay(throttles, answer.retry_after, rand))
     attempts = st.attempts + (1 if phase == RETRY else 0)
     blocked_since = st.blocked_since
     if answer.outcome == "blocked" and blocked_since is None:
         blocked_since = now
+    retry_at = now + pacing.refused_delay(attempts, answer.retry_after, rand) if phase == RETRY else 0.0
     return dataclasses.replace(
-        st, phase=phase, attempts=attempts, last=answer.outcome,
-        retry_at=now + retry_delay(attempts) if phase == RETRY else 0.0, blocked_since=blocked_since,
+        st, phase=phase, attempts=attempts, throttles=0, last=answer.outcome,
+        retry_at=retry_at, blocked_since=blocked_since,
         pdb=answer.pdb or st.pdb, error=answer.detail[:300] if phase in (RETRY, REFUSED) else st.error)
 
 
@@ -129,14 +139,25 @@ class EvictionBook:
         self.states: dict[str, PodState] = {}
         self.targets: dict[str, Target] = {}   # every target ever seen (answers may outlive a listing)
         self.plan: Plan = EMPTY_PLAN
+        # A throttled answer means the server sheds this agent's load, not that pod's: no send at
+        # all until then (the pods' own retry_at say the same, this also holds back fresh pods).
+        self.throttled_until = float("-inf")
 
     # -- inputs -------------------------------------------------------------------------
-    def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
-        """A fresh listing of the node: replan, and learn which pods left or appeared."""
+    def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
+                now: float | None = None) -> None:
+        """A fresh listing of the node: replan, and learn which pods left or appeared. With ``now``,
+        a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
+        moment the budget can allow the next one, sooner than the backoff would say."""
         self.plan = drain_plan(pods, pdbs)
+        freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase != IN_FLIGHT:
+                if st.phase != GONE and uid in self.targets:
+                    freed.add(self.targets[uid].lane)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
+        if now is not None and freed:
+            self._wake(freed, now + pacing.LANE_WAKE_S)
         for uid, t in self.plan.targets.items():
             self.targets[uid] = t
             seen = self.states.get(uid)
@@ -149,7 +170,15 @@ class EvictionBook:
             elif seen.phase in (PENDING, RETRY) and t.terminating:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
-    def answer(self, uid: str, answer: Answer, now: float) -> list[Emit]:
+    def _wake(self, lanes: set[str], at: float) -> None:
+        for uid, t in self.plan.targets.items():
+            st = self.states.get(uid)
+            if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
+                self.states[uid] = dataclasses.replace(st, retry_at=at)
+
+    def answer(self, uid: str, answer: Answer, now: float, draw: float = 0.0) -> list[Emit]:
+        """Feed the answer to the pod's call in flight; ``draw``: a random number in [0, 1) for
+        its retry's jitter (passed in, so the book stays deterministic under test)."""
         st = self.states.get(uid)
         if st is None or st.phase != IN_FLIGHT:
             return []
@@ -157,8 +186,10 @@ class EvictionBook:
         if answer.pdb and "/" not in answer.pdb:
             # A 429 names the PDB without its namespace, which is the pod's.
             answer = dataclasses.replace(answer, pdb=f"{t.key.split('/', 1)[0]}/{answer.pdb}")
-        new = transition(st, answer, now)
+        new = transition(st, answer, now, draw)
         self.states[uid] = new
+        if answer.outcome == "throttled":
+            self.throttled_until = max(self.throttled_until, new.retry_at)
         base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
                 "since_received_ms": round((now - self.received_at) * 1000)}
         if answer.outcome == "accepted":
@@ -189,8 +220,11 @@ class EvictionBook:
                    for uid in self.plan.targets)
 
     def next_due(self) -> float | None:
-        """The earliest moment a retry falls due, if any."""
-        return min((st.retry_at for st in self.states.values() if st.phase == RETRY), default=None)
+        """The earliest moment a retry falls due (or throttling ends), if any."""
+        due = min((st.retry_at for st in self.states.values() if st.phase == RETRY), default=None)
+        if due is not None and self.throttled_until > due:
+            return self.throttled_until
+        return due
 
     def in_flight(self) -> int:
         return sum(1 for st in self.states.values() if st.phase == IN_FLIGHT)
@@ -198,6 +232,8 @@ class EvictionBook:
     def next_actions(self, now: float, inputs: Inputs, slots: int) -> tuple[list[Action], list[Emit]]:
         """The calls to send now (at most ``slots`` more in flight) and the events they imply."""
         emits: list[Emit] = []
+        if now < self.throttled_until:
+            return [], emits
         if self.past_evict_cutoff(now, inputs):
             picks = self._after_cutoff(now, emits)
         else:

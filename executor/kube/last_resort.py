@@ -72,7 +72,8 @@ def would_fall_back(spec: DrainSpec) -> dict[str, Any]:
 
 
 def dry_run_plan(spec: DrainSpec, api: KubeApi, inputs: Inputs, clock: Callable[[], float],
-                 wait: Callable[[float], None], pdbs: Callable[[KubeApi], list[dict[str, Any]] | None],
+                 wait: Callable[[float], None],
+                 pdbs: Callable[[KubeApi, list[dict[str, Any]]], list[dict[str, Any]] | None],
                  ) -> dict[str, Any]:
     """The one plan a dry run spools: cordon, taint, each pod in order with its grace and phase,
     and the fallback. Reads only (a few tries); ``pods`` None when the server did not answer."""
@@ -81,8 +82,8 @@ def dry_run_plan(spec: DrainSpec, api: KubeApi, inputs: Inputs, clock: Callable[
         "exclude_from_lb": spec.exclude_from_lb, "pods": None, "fallback": would_fall_back(spec)}
     for attempt in range(DOWN_AFTER_CALLS):
         try:
-            found = pdbs(api), api.list_pods()
-            plan["pods"] = dry_run_steps(found[1], found[0], clock(), spec.ends, inputs.held, inputs.hold_all)
+            pods = api.list_pods()
+            plan["pods"] = dry_run_steps(pods, pdbs(api, pods), clock(), spec.ends, inputs.held, inputs.hold_all)
             plan.pop("unreadable", None)
             return plan
         except (Unreachable, KubeError) as e:

@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import copy
 import queue
+import random
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.recorder import Recorder
 from common.timefmt import format_rfc3339
-from common.wire import DrainState, Phase, PhaseEnds, Step
-from executor.kube import last_resort, node_steps
+from common.wire import DrainState, Phase, Step
+from executor.kube import last_resort, node_steps, pacing
 from executor.kube.api import (
     Conflict,
     CredentialsRefused,
@@ -39,56 +39,26 @@ from executor.kube.api import (
     KubeError,
     NotFound,
     NotOwnNode,
+    Throttled,
     TooManyRequests,
     Unreachable,
 )
 from executor.kube.drain_plan import ApiHealth, fallback_due, pdb_from_causes
+from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
+from executor.kube.node_listing import NodeListing, Sight
+from executor.kube.pod_view import namespaces_of
 from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remaining, Remember, Report, StepDone
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-WORKERS = 8                # measured: more parallel evictions only collide (research notes)
-LIST_INTERVAL_S = 0.25     # how often the node is listed while pods are leaving
-PDB_REFRESH_S = 10.0
+LIST_INTERVAL_S = 0.25     # how often the plan is redone from the watched pods (no request)
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
 FALLBACK_SAVE_WAIT_S = 5.0   # for the record saying the fallback starts to be on disk
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
-
-
-@dataclass(frozen=True, slots=True)
-class DrainSpec:
-    """Everything the drain of one notice needs, fixed when it starts (plain data)."""
-
-    notice_id: str
-    kind: str
-    deadline: float
-    deadline_text: str
-    received_at: float
-    ends: PhaseEnds
-    taint_key: str
-    cordon_only: bool                     # cordon (and taint) only: move no pod
-    pdb_blocked: str                      # delete | report
-    exclude_from_lb: bool
-    down_after_s: float
-    fallback_command: tuple[str, ...] = ()
-    steps_done: frozenset[str] = frozenset()
-    evicted: Mapping[str, str] = field(default_factory=dict)   # pod uid -> ns/name an earlier run evicted
-    deleted: Mapping[str, str] = field(default_factory=dict)
-    reported: tuple[str, ...] = ()                             # uids reported as PDB-blocked
-    dry_run: bool = False
-    workers: int = WORKERS
-    fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
-    fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
-    fallback_started: float = 0.0           # an earlier run started the fallback then (from the memo)
-
-    def memo(self) -> dict[str, Any]:
-        """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
-        memo = {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
-        return memo | ({"fallback_started": self.fallback_started} if self.fallback_started else {})
 
 
 class Stopped(Exception):
@@ -107,8 +77,10 @@ class DrainRunner:
         self._steps = set(spec.steps_done)
         self._memo = spec.memo()
         self._local = threading.local()
+        self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
-        self._answers: queue.Queue[tuple[str, Answer]] = queue.Queue()
+        self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: pods changed
+        self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
@@ -157,10 +129,10 @@ class DrainRunner:
 
     # -- the recipe -----------------------------------------------------------------------
     def _main(self) -> None:
-        api = self._make_api()
+        api = self._main_api = self._make_api()
         try:
             if self.spec.dry_run:   # read only, one plan, an end of its own kind
-                plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs)
+                plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs_of)
                 for r in last_resort.dry_run_reports(self.spec, plan):
                     self._report(r)
                 return
@@ -179,6 +151,7 @@ class DrainRunner:
 
     def _call_node(self, api: KubeApi, fn: Callable[[], Any]) -> Any:
         """One node call, retried until it is answered; goes around a server that is down."""
+        throttles = 0
         while True:
             try:
                 result = fn()
@@ -188,6 +161,11 @@ class DrainRunner:
                 self._unanswered(api, str(e))
             except CredentialsRefused as e:
                 self._config_error(str(e))
+            except Throttled as e:
+                throttles += 1
+                self._warn("drain.throttled", str(e))
+                self._wait(pacing.throttled_delay(throttles, e.retry_after, self._rand))
+                continue
             except (KubeError, NotOwnNode) as e:
                 self._warn("drain.node_step_failed", str(e))
             self._wait(RETRY_S)
@@ -197,8 +175,14 @@ class DrainRunner:
         self._health.ok()
         self._report(Problem(self.spec.notice_id, error[:300]))
 
+    def _first_write(self, node: str) -> None:
+        """The hall's agents got their notices in the same second: each cordons at its own offset."""
+        if not self._steps & {Step.CORDONED, Step.LB_EXCLUDED}:
+            self._wait(pacing.first_write_delay(node, self.spec.write_spread_s))
+
     def _node_steps(self, api: KubeApi) -> None:
         s = self.spec
+        self._first_write(api.node)
         if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
             self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))
@@ -219,8 +203,8 @@ class DrainRunner:
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
-        pdbs: list[dict[str, Any]] | None = None
-        pdbs_at = float("-inf")
+        # The node's pods come from a watch, not from a LIST every turn (node_listing).
+        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn).start()
         last_remaining: list[str] | None = None
         try:
             while True:
@@ -230,37 +214,47 @@ class DrainRunner:
                 if now > s.deadline + LINGER_S:
                     self._report(NewState(s.notice_id, DrainState.ENDED))
                     return
-                try:
-                    if now - pdbs_at >= PDB_REFRESH_S:
-                        pdbs, pdbs_at = self._pdbs(api), now
-                    pods = api.list_pods()
-                    self._health.ok()
-                except Unreachable as e:
-                    self._unanswered(api, str(e))
-                    last_remaining = None   # said "unreachable" meanwhile: say what is left again
-                    self._wait(RETRY_S)
+                sight = self._look(listing, api, now)
+                if sight is None:
+                    last_remaining = None   # said what went wrong meanwhile: say what is left again
                     continue
-                except CredentialsRefused as e:
-                    self._config_error(str(e))
-                    self._wait(RETRY_S)
+                if sight.pods is None:   # the first list is not in yet
+                    self._exchange(book, pool, now + LIST_INTERVAL_S)
                     continue
-                except KubeError as e:
-                    self._warn("drain.list_failed", str(e))
-                    self._wait(RETRY_S)
-                    continue
-                book.observe(pods, pdbs)
+                book.observe(sight.pods, sight.pdbs, now)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
-                if book.empty() and not book.in_flight():
+                if book.empty() and not book.in_flight() and sight.confirmed:
                     self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
                 self._exchange(book, pool, now + LIST_INTERVAL_S)
         finally:
+            listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _look(self, listing: NodeListing, api: KubeApi, now: float) -> Sight | None:
+        """The node as the listing sees it now, or None (after the wait) if it could not say."""
+        try:
+            sight = listing.look(now)
+            self._health.ok()
+            return sight
+        except Unreachable as e:
+            self._unanswered(api, str(e))
+            self._wait(RETRY_S)
+        except Throttled as e:
+            self._warn("drain.throttled", str(e))
+            self._wait(pacing.throttled_delay(1, e.retry_after, self._rand))
+        except CredentialsRefused as e:
+            self._config_error(str(e))
+            self._wait(RETRY_S)
+        except KubeError as e:
+            self._warn("drain.list_failed", str(e))
+            self._wait(RETRY_S)
+        return None
 
     def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
         """Send what the book says, feed it the answers, until the next listing is due."""
@@ -280,11 +274,13 @@ class DrainRunner:
                 if self._stop.is_set():
                     raise Stopped() from None
                 continue
+            if answer is None:   # the watch saw the node's pods change: plan again now
+                return
             if answer.outcome == "unreachable":
                 self._health.failed(self._clock())
             else:
                 self._health.ok()
-            self._forward(book.answer(uid, answer, self._clock()))
+            self._forward(book.answer(uid, answer, self._clock(), self._rand()))
 
     def _forward(self, emits: list[Emit]) -> None:
         """The book's events to the loop; what a restart must not do again goes into the memo."""
@@ -303,9 +299,10 @@ class DrainRunner:
                 continue
             self._report(Remember(nid, copy.deepcopy(self._memo)))
 
-    def _pdbs(self, api: KubeApi) -> list[dict[str, Any]] | None:
+    def _pdbs_of(self, api: KubeApi, pods: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The PDBs of the namespaces these pods are in (a dry run's one read), None if unreadable."""
         try:
-            return api.list_pdbs()
+            return api.list_pdbs(namespaces_of(pods))
         except KubeError as e:
             # Typically 403: the identity may not read PDBs. Plan by owner instead (see drain_plan).
             self._warn("drain.pdbs_unreadable", str(e))
@@ -316,24 +313,10 @@ class DrainRunner:
         api = getattr(self._local, "api", None)
         if api is None:
             api = self._local.api = self._make_api()
-        try:
-            if action.op == "delete":
-                api.delete_pod(action.pod, action.grace_s)
-            else:
-                api.evict_pod(action.pod, action.grace_s)
-            answer = Answer("accepted")
-        except (NotFound, Conflict):
-            answer = Answer("gone")   # 409: the UID precondition failed, our pod is gone
-        except TooManyRequests as e:
-            answer = Answer("blocked", e.message, pdb_from_causes(e.causes))
-        except KubeError as e:
-            answer = Answer("error", str(e))
-        except Unreachable as e:
-            answer = Answer("unreachable", str(e))
-        except NotOwnNode as e:
-            answer = Answer("refused", str(e))
-        except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
-            answer = Answer("error", f"{type(e).__name__}: {e}")
+            if self._main_api is not None:
+                api.share_discovery(self._main_api)
+        answer = _answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
+                            else api.evict_pod(action.pod, action.grace_s))
         self._answers.put((action.uid, answer))
 
     # -- around a server that is down ---------------------------------------------------
@@ -393,3 +376,24 @@ class DrainRunner:
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
         self._step(Step.RECONCILED, "drain.reconciled", **detail)
+
+
+def _answer_of(call: Callable[[], None]) -> Answer:
+    """The book's answer for one eviction or delete: what the server (or the agent) said."""
+    try:
+        call()
+        return Answer("accepted")
+    except (NotFound, Conflict):
+        return Answer("gone")   # 409: the UID precondition failed, our pod is gone
+    except Throttled as e:
+        return Answer("throttled", e.message, retry_after=e.retry_after)
+    except TooManyRequests as e:   # PdbRefused
+        return Answer("blocked", e.message, pdb_from_causes(e.causes), e.retry_after)
+    except KubeError as e:
+        return Answer("error", str(e))
+    except Unreachable as e:
+        return Answer("unreachable", str(e))
+    except NotOwnNode as e:
+        return Answer("refused", str(e))
+    except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
+        return Answer("error", f"{type(e).__name__}: {e}")

@@ -22,8 +22,9 @@ from common.wire import EVICT_OVER, FINAL, DrainState, Step
 from executor.kube import node_steps
 from executor.kube.api import KubeApi, KubeError, NotOwnNode, Unreachable, identities
 from executor.kube.drain_plan import down_after
+from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Inputs
-from executor.kube.runner import PROBE_INTERVAL_S, DrainRunner, DrainSpec
+from executor.kube.runner import PROBE_INTERVAL_S, DrainRunner
 from executor.scheduler import Announce, Log, NewState, Order, Report, ReportQueue, StepDone, Withdrawal
 
 if TYPE_CHECKING:
@@ -96,7 +97,8 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
         evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
         reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run,
         fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
-        fallback_started=float(memo.get("fallback_started") or 0.0))
+        fallback_started=float(memo.get("fallback_started") or 0.0),
+        write_spread_s=o.contract.first_write_spread_ms / 1000.0)
 
 
 def inputs_of(o: Order) -> Inputs:

@@ -13,6 +13,11 @@ from tests.emulators._control import ControlClient
 
 from . import objects
 
+# API Priority and Fairness rejecting a request, exactly as kube-apiserver 1.20.2 answers it (pinned
+# on the real server by tests/rigs/test_kube_flowschema.py): 429, Content-Type text/plain,
+# Retry-After: 1, this body -- no Status object, so no DisruptionBudget cause.
+APF_REJECTION_BODY = "Too many requests, please try again later.\n"
+
 
 class KubeControl(ControlClient):
     """Cluster changes and inspection for a running Kubernetes emulator."""
@@ -25,6 +30,12 @@ class KubeControl(ControlClient):
         """Store objects as given (status kept); controllers settle before this returns.
         Returns ``{"kind", "namespace", "name", "uid"}`` per object."""
         return self.call("seed", {"objects": list(manifests)})
+
+    def throttle(self, *, pattern: str | None = None, method: str | None = None, count: int | None = None,
+                 retry_after: int = 1) -> int:
+        """The next ``count`` matching requests are rejected as APF rejects them on 1.20 (a rule id)."""
+        return self.fault("status", pattern=pattern, method=method, count=count, status=429,
+                          body=APF_REJECTION_BODY, retry_after=retry_after)
 
     def add_node(self, name: str, **kw: Any) -> dict[str, Any]:
         """Seed ``objects.node(name, **kw)``."""

@@ -1,6 +1,8 @@
 """The eviction state machine and scheduler, driven by hand: no server, no threads, no clock."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from common.wire import Budget, phase_ends
@@ -15,6 +17,7 @@ from executor.kube.eviction_book import (
     PodState,
     transition,
 )
+from executor.kube.pacing import LANE_WAKE_S, REFUSED_MAX_S
 from tests.executor.kube.podspecs import pdb, pod
 
 T0 = 1000.0
@@ -64,15 +67,15 @@ def test_a_blocked_pod_is_retried_with_backoff_and_its_lane_waits():
     assert names(send(b, T0 + 0.05)[0]) == []                # not due, and web-1 would be blocked too
     assert names(send(b, T0 + 0.1)[0]) == ["web-0"]
     b.answer(uid("web-0"), Answer("blocked", "429", "web"), T0 + 0.1)
-    assert b.states[uid("web-0")].retry_at == pytest.approx(T0 + 0.3)   # 0.1, 0.2, 0.4 ... at most 1 s
+    assert b.states[uid("web-0")].retry_at == pytest.approx(T0 + 0.3)   # 0.1, 0.2, 0.4 ... at most 2 s
 
 
-def test_backoff_never_exceeds_a_second():
+def test_backoff_never_exceeds_its_cap():
     st = PodState(phase="in_flight")
     for _ in range(20):
         st = transition(st, Answer("blocked"), T0)
         st = PodState(phase="in_flight", attempts=st.attempts)
-    assert transition(st, Answer("blocked"), T0).retry_at == T0 + 1.0
+    assert transition(st, Answer("blocked"), T0).retry_at == T0 + REFUSED_MAX_S
 
 
 def test_critical_pods_wait_until_every_ordinary_lane_is_done_or_stuck():
@@ -206,3 +209,18 @@ def test_bad_inputs_are_refused():
         EvictionBook(D, T0, "shrug")
     with pytest.raises(ValueError):
         Answer("maybe")
+
+
+def test_a_pod_leaving_its_lane_wakes_the_pods_its_pdb_refused():
+    b = book(WEB, WEB_PDB)
+    (first,), _ = b.next_actions(T0, Inputs(), 8)
+    b.answer(first.uid, Answer("accepted"), T0)
+    (second,), _ = b.next_actions(T0, Inputs(), 8)
+    for _ in range(6):   # refused again and again: the backoff grows to its cap
+        b.answer(second.uid, Answer("blocked", "429", "web"), T0)
+        b.states[second.uid] = dataclasses.replace(b.states[second.uid], phase="in_flight")
+    b.answer(second.uid, Answer("blocked", "429", "web"), T0)
+    assert b.states[second.uid].retry_at >= T0 + 1.0
+    left = [p for p in WEB if p["metadata"]["uid"] != first.uid]
+    b.observe(left, WEB_PDB, T0 + 0.5)   # the evicted pod is gone: its budget may allow the next
+    assert b.states[second.uid].retry_at == pytest.approx(T0 + 0.5 + LANE_WAKE_S)

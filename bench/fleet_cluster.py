@@ -1,0 +1,300 @@
+"""The cluster of bench/fleet.py: N nodes of 30 pods under PDBs on the real kube-apiserver 1.20.2.
+
+What the real-server tier's ``FakeControlPlane`` does (tests/rigs/kube_real_objects.py) -- a fake
+kubelet finishing graceful deletions, a fake disruption controller writing PDB status -- at fleet
+scale: its pure decisions (``pdb_status``, ``pods_to_finish``) and its own calls (``_finish``,
+``_put_status``) are reused as they are; only ``step`` differs. The tier's step LISTs every pod
+in the cluster twice per turn, which at 15,000 pods would be most of what the API server does; a
+real kubelet and disruption controller work from informers instead, and so does this one: one watch
+of all pods keeps a cache (it is also the bench's observer: the moment each node's last pod is gone
+is its "empty" time, the same for every drainer), and each turn only finishes what is terminating
+and recomputes the PDBs of namespaces whose pods changed. Kubelets run in parallel, as the real
+ones do on their own nodes (``KUBELETS`` threads, one client each).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self
+
+import ujson
+
+from common.http import HttpClient, TlsFiles
+from executor.kube.watch_stream import WatchStream
+from tests.rigs.kube_real_objects import FakeControlPlane, KubeClient, pdb_status, pods_to_finish
+from tests.rigs.kube_real_rig import RealApiServer
+
+Obj = dict[str, Any]
+KUBELETS = 32              # the real ones run one per node
+DISRUPTION_WORKERS = 8
+WATCH_TIMEOUT_S = 600
+
+
+class PodCache:
+    """Every pod in the cluster, from one list + watch (thread-safe), and when each node went empty."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pods: dict[str, Obj] = {}        # uid -> pod
+        self.per_node: dict[str, int] = {}
+        self.dirty: set[str] = set()           # namespaces whose pods changed since the last turn
+        self.empty_at: dict[str, float] = {}   # node -> when its last pod went (watched nodes only)
+        self.watched: set[str] = set()
+        self.changed = threading.Event()
+
+    def reset(self, items: list[Obj]) -> None:
+        with self.lock:
+            self.pods.clear()
+            self.per_node.clear()
+            for pod in items:
+                self._put(pod)
+
+    def _put(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        if uid not in self.pods:
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            self.per_node[node] = self.per_node.get(node, 0) + 1
+        self.pods[uid] = pod
+        self.dirty.add(pod["metadata"]["namespace"])
+
+    def apply(self, event: Obj, now: float) -> None:
+        pod = event["object"]
+        with self.lock:
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._put(pod)
+            elif event["type"] == "DELETED" and self.pods.pop(pod["metadata"]["uid"], None) is not None:
+                node = (pod.get("spec") or {}).get("nodeName") or ""
+                left = self.per_node[node] = self.per_node.get(node, 1) - 1
+                self.dirty.add(pod["metadata"]["namespace"])
+                if left == 0 and node in self.watched and node not in self.empty_at:
+                    self.empty_at[node] = now
+        self.changed.set()
+
+    def watch_nodes(self, nodes: Iterable[str]) -> None:
+        with self.lock:
+            self.watched = set(nodes)
+            self.empty_at = {}
+
+    def count(self, node: str) -> int:
+        with self.lock:
+            return self.per_node.get(node, 0)
+
+    def take(self) -> tuple[list[Obj], set[str]]:
+        with self.lock:
+            dirty, self.dirty = self.dirty, set()
+            return list(self.pods.values()), dirty
+
+
+class PdbCache:
+    """Every PodDisruptionBudget, from a list + watch, and the namespaces whose PDBs changed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_ns: dict[str, dict[str, Obj]] = {}
+        self.dirty: set[str] = set()
+
+    def reset(self, items: list[Obj]) -> None:
+        with self.lock:
+            self.by_ns.clear()
+            for pdb in items:
+                self._put(pdb)
+
+    def _put(self, pdb: Obj) -> None:
+        ns = pdb["metadata"]["namespace"]
+        self.by_ns.setdefault(ns, {})[pdb["metadata"]["name"]] = pdb
+        self.dirty.add(ns)
+
+    def apply(self, event: Obj, now: float) -> None:
+        with self.lock:
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._put(event["object"])
+            elif event["type"] == "DELETED":
+                md = event["object"]["metadata"]
+                self.by_ns.get(md["namespace"], {}).pop(md["name"], None)
+
+    def take(self, also: set[str]) -> dict[str, list[Obj]]:
+        """The PDBs of the namespaces that changed (``also``: where their pods changed)."""
+        with self.lock:
+            namespaces, self.dirty = self.dirty | also, set()
+            return {ns: list(self.by_ns.get(ns, {}).values()) for ns in namespaces if self.by_ns.get(ns)}
+
+
+class PodInformer:
+    """One list + watch of every pod (or of ``resource``), applied to its cache (a thread; ``stop``
+    ends the watch)."""
+
+    def __init__(self, server: RealApiServer, cache: PodCache | PdbCache, resource: str = "/api/v1/pods") -> None:
+        self.server, self.cache, self.resource = server, cache, resource
+        self._stopping = threading.Event()
+        self._stream: WatchStream | None = None
+        self._thread = threading.Thread(target=self._watch, name="pod-informer", daemon=True)
+
+    def start(self) -> PodInformer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._stream is not None:
+            self._stream.close()
+        self._thread.join(10)
+
+    def _watch(self) -> None:
+        assert self.server.admin is not None
+        http = HttpClient(self.server.url, timeout_s=120.0, max_body=1 << 30,
+                          tls=TlsFiles(ca_file=str(self.server.ca_file)))
+        headers = {"Authorization": f"Bearer {self.server.admin.token}", "Accept": "application/json"}
+        rv = ""
+        while not self._stopping.is_set():
+            if not rv:
+                resp = http.request("GET", f"{self.resource}?resourceVersion=0", headers=headers)
+                doc = ujson.loads(resp.body)
+                self.cache.reset(doc["items"])
+                rv = doc["metadata"]["resourceVersion"]
+            stream = self._stream = WatchStream(
+                http, f"{self.resource}?watch=1&resourceVersion={rv}&timeoutSeconds={WATCH_TIMEOUT_S}",
+                headers, read_timeout_s=WATCH_TIMEOUT_S + 30)
+            try:
+                stream.open()
+                for event in stream.events():
+                    if event["type"] == "ERROR":
+                        rv = ""
+                        break
+                    self.cache.apply(event, time.time())
+                    rv = event["object"]["metadata"].get("resourceVersion") or rv
+            except OSError:
+                self._stopping.wait(0.5)
+            finally:
+                stream.close()
+
+
+class FleetControlPlane(FakeControlPlane):
+    """The tier's fake kubelet + disruption controller, informer-style (see the module doc)."""
+
+    def __init__(self, server: RealApiServer, interval_s: float = 0.1) -> None:
+        super().__init__(server.client, interval_s=interval_s)
+        self.server = server
+        self.cache = PodCache()
+        self.requests = 0      # what the control plane itself sent (subtracted from the server's count)
+        self._kubelets = ThreadPoolExecutor(max_workers=KUBELETS, thread_name_prefix="kubelet")
+        self._disruption = ThreadPoolExecutor(max_workers=DISRUPTION_WORKERS, thread_name_prefix="disruption")
+        self._local = threading.local()
+        self._finishing: set[str] = set()
+        self.pdbs = PdbCache()
+        self._informers = (PodInformer(server, self.cache),
+                           PodInformer(server, self.pdbs, "/apis/policy/v1beta1/poddisruptionbudgets"))
+
+    def start(self) -> FleetControlPlane:
+        for informer in self._informers:
+            informer.start()
+        super().start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+        super().stop()
+        self._kubelets.shutdown(wait=True, cancel_futures=True)
+        self._disruption.shutdown(wait=True, cancel_futures=True)
+
+    # -- one turn ------------------------------------------------------------------------------
+    def step(self, client: KubeClient) -> None:
+        pods, dirty = self.cache.take()
+        for pod in pods_to_finish(pods):
+            self._kubelets.submit(self._finish_once, pod)
+        todo = self.pdbs.take(dirty)
+        if not todo:
+            return
+        by_ns: dict[str, list[Obj]] = {}
+        for pod in pods:
+            ns = pod["metadata"]["namespace"]
+            if ns in todo:
+                by_ns.setdefault(ns, []).append(pod)
+        # From the informers' caches, as the real controller does; a PUT on a stale PDB gets 409,
+        # and the watch brings the new version, which dirties the namespace again.
+        puts = [(pdb, status) for ns, pdbs in todo.items() for pdb in pdbs
+                if (status := pdb_status(pdb, by_ns.get(ns, []))) != pdb.get("status")]
+        for future in [self._disruption.submit(self._put_one, pdb, status) for pdb, status in puts]:
+            future.result()
+
+    def _client(self) -> KubeClient:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self.server.client()
+        return client
+
+    def _put_one(self, pdb: Obj, status: Obj) -> None:
+        with self.cache.lock:
+            self.requests += 1
+        self._put_status(self._client(), pdb, status)
+
+    def _finish_once(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        with self.cache.lock:
+            if uid in self._finishing:
+                return
+            self._finishing.add(uid)
+            self.requests += 1
+        self._finish(self._client(), pod)
+
+
+def parallel(fn: Callable[[KubeClient, Any], object], items: Iterable[Any], workers: int,
+             make_client: Callable[[], KubeClient]) -> None:
+    """``fn(client, item)`` for every item on ``workers`` threads, one client per thread."""
+    local = threading.local()
+
+    def run(item: Any) -> None:
+        client = getattr(local, "client", None)
+        if client is None:
+            client = local.client = make_client()
+        fn(client, item)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(run, item) for item in items]:
+            future.result()
+
+
+class ControlPlaneProcess:
+    """The FleetControlPlane in a forked process of its own, as a real control plane is: the agents
+    in this process must not slow the kubelets and the disruption controller down (one GIL)."""
+
+    def __init__(self, server: RealApiServer) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._stop = ctx.Event()
+        self._requests = ctx.Value("q", 0)
+        self._errors = ctx.Value("q", 0)
+        self._proc = ctx.Process(target=self._run, args=(server,), name="fleet-control-plane", daemon=True)
+
+    @property
+    def requests(self) -> int:
+        return int(self._requests.value)
+
+    @property
+    def errors(self) -> int:
+        return int(self._errors.value)
+
+    def _run(self, server: RealApiServer) -> None:
+        # A real control plane has machines of its own; on this one it must not queue behind the
+        # drainers' hundreds of threads (or the bench measures the kubelets' starvation).
+        os.nice(-10)
+        plane = FleetControlPlane(server).start()
+        try:
+            while not self._stop.wait(0.2):
+                self._requests.value = plane.requests
+                self._errors.value = len(plane.errors)
+        finally:
+            plane.stop()
+
+    def __enter__(self) -> Self:
+        self._proc.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._proc.join(30)
+        if self._proc.is_alive():
+            self._proc.kill()

@@ -1,0 +1,75 @@
+"""The node's pods as a watch keeps them (pure: plain data, no I/O).
+
+``reset`` with a list (its items and resourceVersion), then ``apply`` each watch event
+in order. The Kubernetes watch contract (API concepts, "Efficient detection of changes"):
+ADDED / MODIFIED carry the whole new object, DELETED the last state, BOOKMARK only a
+newer resourceVersion to resume from, and ERROR a Status -- 410 Gone ("too old resource
+version", reason Expired) when the watch cache no longer holds the resourceVersion asked
+for; the client must then list again and watch from the new list's resourceVersion.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.kube.pod_filters import pods_that_count
+
+OK, RELIST = "ok", "relist"
+
+
+def namespaces_of(pods: list[dict[str, Any]], counting: bool = False) -> frozenset[str]:
+    """The namespaces of these pods (``counting``: of those that must still leave): the only
+    namespaces whose PodDisruptionBudgets the drain reads."""
+    chosen = pods_that_count(pods) if counting else pods
+    return frozenset(str((p.get("metadata") or {}).get("namespace") or "") for p in chosen)
+
+
+def _uid(pod: dict[str, Any]) -> str:
+    md = pod.get("metadata") or {}
+    return str(md.get("uid") or f"{md.get('namespace')}/{md.get('name')}")
+
+
+@dataclass(slots=True)
+class PodView:
+    node: str
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)   # by uid
+    resource_version: str = ""
+    synced: bool = False
+    changes: int = 0          # bumped by every change the view saw (the runner re-plans on it)
+
+    def reset(self, pods: list[dict[str, Any]], resource_version: str) -> None:
+        self.pods = {_uid(p): p for p in pods if self._ours(p)}
+        self.resource_version = resource_version
+        self.synced = True
+        self.changes += 1
+
+    def _ours(self, pod: dict[str, Any]) -> bool:
+        # A server ignoring the fieldSelector must not make the agent evict elsewhere.
+        return str((pod.get("spec") or {}).get("nodeName") or "") == self.node
+
+    def apply(self, event: dict[str, Any]) -> str:
+        """One watch event; RELIST when the watch cannot go on from here (410, any ERROR)."""
+        kind, obj = event.get("type"), event.get("object")
+        if not isinstance(obj, dict):
+            return OK
+        if kind == "ERROR":
+            return RELIST
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if kind in ("ADDED", "MODIFIED"):
+            if self._ours(obj):
+                self.pods[_uid(obj)] = obj
+            else:
+                self.pods.pop(_uid(obj), None)
+            self.changes += 1
+        elif kind == "DELETED":
+            self.pods.pop(_uid(obj), None)
+            self.changes += 1
+        elif kind != "BOOKMARK":
+            return OK   # an event type this client does not know: skip it, keep its place
+        if rv:
+            self.resource_version = rv
+        return OK
+
+    def snapshot(self) -> list[dict[str, Any]] | None:
+        """The pods now, or None before the first list."""
+        return list(self.pods.values()) if self.synced else None

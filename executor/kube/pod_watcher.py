@@ -1,0 +1,124 @@
+"""Keeps a ``PodView`` of the node current from a watch, in its own thread (adapter).
+
+The request pattern (issue 19: a hall reclaim makes every agent call the server at once):
+
+1. ``GET /api/v1/pods?fieldSelector=spec.nodeName=N&resourceVersion=0`` -- served from the
+   API server's watch cache, no etcd read;
+2. ``GET ...&watch=1&resourceVersion=<the list's>&timeoutSeconds=WATCH_TIMEOUT_S`` -- every
+   change of the node's pods is pushed; when the server ends the watch, watch again from
+   the last resourceVersion seen (no list);
+3. on 410 Gone (or any ERROR event) list again, at most once per ``RELIST_MIN_S``.
+
+A throttled answer (429 without a DisruptionBudget cause) waits the server's Retry-After
+with jitter (``pacing.throttled_delay``); no answer waits ``RETRY_S``. The coordinator asks
+``pods()``: the view, or the watcher's last failure raised so the drain's own handling of a
+server that is down (``runner._unanswered``) sees it as it saw a failed list.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from executor.kube import pacing
+from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
+from executor.kube.pod_view import RELIST, PodView
+
+WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
+RELIST_MIN_S = 1.0        # never list the node more often than this
+RETRY_S = 1.0             # after no answer
+
+
+class PodWatcher:
+    def __init__(self, make_api: Callable[[], KubeApi], on_change: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic,
+                 rand: Callable[[], float] = random.random) -> None:
+        self._make_api = make_api
+        self._on_change = on_change
+        self._clock = clock
+        self._rand = rand
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._view: PodView | None = None
+        self._failure: Exception | None = None
+        self._api: KubeApi | None = None
+        self._thread = threading.Thread(target=self._main, name="pod-watch", daemon=True)
+        self.lists = 0
+        self.watches = 0
+
+    def start(self) -> PodWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        api = self._api
+        if api is not None:
+            api.stop_watch()
+
+    def pods(self) -> list[dict[str, Any]] | None:
+        """The node's pods as last seen (None before the first list); raises the last failure
+        (Unreachable, KubeError) while the watcher has not been answered since."""
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            return self._view.snapshot() if self._view is not None else None
+
+    def _set(self, failure: Exception | None) -> None:
+        with self._lock:
+            self._failure = failure
+        self._on_change()
+
+    def _main(self) -> None:
+        api = self._api = self._make_api()
+        throttles = 0
+        last_list = float("-inf")
+        relist = True
+        try:
+            while not self._stop.is_set():
+                try:
+                    if relist:
+                        self._stop.wait(max(0.0, last_list + RELIST_MIN_S - self._clock()))
+                        last_list = self._clock()
+                        self.lists += 1
+                        pods, rv = api.list_pods_at("0")
+                        view = PodView(api.node)
+                        view.reset(pods, rv)
+                        with self._lock:
+                            self._view, self._failure = view, None
+                        self._on_change()
+                        relist = False
+                    relist = self._follow(api)
+                    throttles = 0
+                except Throttled as e:
+                    throttles += 1
+                    self._set(e)
+                    self._stop.wait(pacing.throttled_delay(throttles, e.retry_after, self._rand))
+                except (Unreachable, KubeError) as e:
+                    # 410 as an HTTP status (not an ERROR event) also means: list again.
+                    relist = relist or (isinstance(e, KubeError) and e.status == 410)
+                    self._set(e)
+                    self._stop.wait(RETRY_S)
+        finally:
+            api.close()
+
+    def _follow(self, api: KubeApi) -> bool:
+        """One watch, applied to the view; True if the view must be listed again."""
+        view = self._view
+        assert view is not None
+        self.watches += 1
+        started = self._clock()
+        for event in api.watch_pods(view.resource_version, WATCH_TIMEOUT_S):
+            with self._lock:
+                verdict = view.apply(event)
+                self._failure = None
+            if verdict == RELIST:
+                return True
+            self._on_change()
+        with self._lock:
+            self._failure = None   # the server answered and ended the watch: resume from here
+        if self._clock() - started < RELIST_MIN_S:
+            self._stop.wait(RETRY_S)   # a watch cut at once, again and again, must not spin
+        return False

@@ -1,0 +1,135 @@
+"""The agent's request pattern for one drain, on the API-server emulator (issue 19 point 4).
+
+What a hall reclaim must not do to the API server: LIST the node's pods as a consistent read in a
+loop, LIST PDBs cluster-wide, retry a 429 at once, or treat API Priority and Fairness throttling as
+a PodDisruptionBudget refusal. The emulator's request log says what the drain really sent.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from executor.kube.api import KubeApi
+from tests.emulators.kube_fixture import kube_emulator
+from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
+
+PODS, NAMESPACES = 30, ("team-a", "team-b", "team-c")
+# The figure docs/kubernetes.md reports: every request of a 30-pod drain but the evictions.
+NON_EVICTION_BOUND = 12
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    with kube_emulator(tmp_path_factory.mktemp("kube"), grace_cap=0.1) as kube:
+        yield kube
+
+
+@pytest.fixture
+def kube(emulator):
+    emulator.reset()
+    emulator.add_node(NODE)
+    emulator.add_node(OTHER)
+    return emulator
+
+
+@pytest.fixture
+def drains():
+    started: list[Drain] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def start(kube, drains, **kw: Any) -> Drain:
+    d = Drain(lambda: KubeApi(kube.url, NODE, timeout_s=2.0), make_spec(**kw))
+    drains.append(d)
+    return d
+
+
+def kind_of(e: dict[str, Any]) -> str:
+    path, query, method = e["path"], e["query"], e["method"]
+    if path == "/api/v1/pods":
+        if str(query.get("watch")) in ("1", "true"):
+            return "pods.watch"
+        return "pods.list.cache" if str(query.get("resourceVersion")) == "0" else "pods.list.consistent"
+    if "poddisruptionbudgets" in path:
+        return "pdbs"
+    if path.endswith("/eviction"):
+        return "eviction"
+    if path.startswith("/api/v1/nodes/"):
+        return f"node.{method.lower()}"
+    return f"other {method} {path}"
+
+
+def eviction_times(kube, pod: str) -> list[tuple[float, int]]:
+    return [(e["time"], e["status"]) for e in kube.requests()
+            if e["path"].endswith(f"/pods/{pod}/eviction")]
+
+
+def test_one_drain_of_30_pods_watches_reads_pdbs_per_namespace_and_stays_within_its_bound(kube, drains):
+    for ns in NAMESPACES:
+        kube.add_pdb("web", {"app": "web"}, namespace=ns, max_unavailable="50%")
+    kube.add_pdb("unrelated", {"app": "web"}, namespace="elsewhere", max_unavailable=1)
+    for i in range(PODS):
+        kube.add_pod(f"web-{i:02d}", NODE, namespace=NAMESPACES[i % 3], labels={"app": "web"})
+    d = start(kube, drains)
+    d.wait_state("done", 60)
+    log = kube.requests()
+    kinds = [kind_of(e) for e in log]
+    counts = {k: kinds.count(k) for k in sorted(set(kinds))}
+    print(f"requests of one {PODS}-pod drain: {len(log)} {counts}")
+    assert sum(1 for e in log if kind_of(e) == "eviction" and e["status"] == 201) == PODS
+    # The pods are watched: one list from the watch cache, a watch, and one consistent read that
+    # confirms "empty" (at most once a second), never a consistent LIST per turn.
+    assert counts.get("pods.watch", 0) >= 1
+    assert counts.get("pods.list.cache", 0) <= 2
+    assert 1 <= counts.get("pods.list.consistent", 0) <= 2
+    # PDBs: only in the namespaces of the node's pods, paginated, never cluster-wide.
+    pdb_paths = {e["path"] for e in log if kind_of(e) == "pdbs"}
+    assert pdb_paths == {f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets" for ns in NAMESPACES}
+    assert all(str(e["query"].get("limit")) == "100" for e in log if kind_of(e) == "pdbs")
+    others = [k for k in kinds if k != "eviction"]
+    assert len(others) <= NON_EVICTION_BOUND, counts
+    assert counts.get("other GET /api/v1", 0) == 1, counts   # discovery once per drain, not per thread
+
+
+def test_an_apf_429_waits_its_retry_after_with_backoff_and_is_not_a_pdb_refusal(kube, drains):
+    kube.add_pod("app", NODE)
+    kube.throttle(pattern="/pods/app/eviction", method="POST", count=2, retry_after=1)
+    d = start(kube, drains)
+    d.wait_state("done")
+    times = eviction_times(kube, "app")
+    assert [status for _, status in times] == [429, 429, 201]
+    # Never before the server's Retry-After (1 s), and the second throttle backs off further (2 s).
+    assert times[1][0] - times[0][0] >= 1.0
+    assert times[2][0] - times[1][0] >= 2.0
+    assert d.events("drain.eviction_blocked") == []
+    assert d.events("drain.evicted")[0]["attempts"] == 1   # throttling is not an attempt on the pod
+
+
+def test_a_throttled_cordon_waits_its_retry_after(kube, drains):
+    kube.throttle(pattern=f"/api/v1/nodes/{NODE}$", method="PATCH", count=1, retry_after=1)
+    d = start(kube, drains)
+    d.wait_state("done")
+    patches = [(e["time"], e["status"]) for e in kube.requests() if kind_of(e) == "node.patch"]
+    assert [s for _, s in patches][:2] == [429, 200] and patches[1][0] - patches[0][0] >= 1.0
+
+
+def test_at_the_cutoff_a_pdb_refusal_escalates_and_apf_throttling_does_not(kube, drains):
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    kube.add_pod("web-0", NODE)
+    kube.throttle(pattern="/pods/web-0/eviction", method="POST", count=3, retry_after=1)
+    d = start(kube, drains, evict_s=1.0, deadline_in=30.0, margin_s=5.0, pdb_blocked="delete")
+    d.wait_state("done", 30)
+    assert [e["pod"] for e in d.events("drain.deleted")] == ["default/db-0"]
+    deletes = [e["path"] for e in kube.requests() if e["method"] == "DELETE" and "/pods/" in e["path"]]
+    assert not [p for p in deletes if p.endswith("/web-0")]
+    web = eviction_times(kube, "web-0")
+    assert [s for _, s in web] == [429, 429, 429, 201]
+    assert all(b[0] - a[0] >= 1.0 for a, b in itertools.pairwise(web))
+    # db-0 was deleted because its budget refused it, which the event names.
+    assert d.events("drain.deleted")[0]["pdb"] == "default/db"
+    assert {s for _, s in eviction_times(kube, "db-0")} == {429}
