@@ -107,7 +107,8 @@ class PodWatcher:
     def _follow(self, api: KubeApi) -> bool:
         """One watch, applied to the view; True if the view must be listed again."""
         view = self._view
-        assert view is not None
+        if view is None:   # only called after a list filled the view
+            return True
         self.watches += 1
         started = self._clock()
         for event in api.watch_pods(view.resource_version, WATCH_TIMEOUT_S):
