@@ -34,14 +34,6 @@ def kube(emulator):
     return emulator
 
 
-@pytest.fixture
-def drains():
-    started: list[Drain] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
 def start(kube, drains, **kw: Any) -> Drain:
     d = Drain(lambda: KubeApi(kube.url, NODE, timeout_s=2.0), make_spec(**kw))
     drains.append(d)

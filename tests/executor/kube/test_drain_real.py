@@ -59,14 +59,6 @@ def ns(admin: KubeClient) -> str:
     return name
 
 
-@pytest.fixture
-def drains() -> Iterator[list[Drain]]:
-    started: list[Drain] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
 def node_api(kube: RealApiServer, node: str, taint_token: str = "") -> KubeApi:
     return KubeApi(kube.url, node, kube.nodes[node].token, tls=TlsFiles(ca_file=str(kube.ca_file)), timeout_s=5.0,
                    node_token=taint_token)

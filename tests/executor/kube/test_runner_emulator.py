@@ -32,14 +32,6 @@ def kube(emulator):
     return emulator
 
 
-@pytest.fixture
-def drains():
-    started: list[Drain] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
 def start(kube, drains, inputs=None, **kw) -> Drain:
     d = Drain(lambda: KubeApi(kube.url, NODE, timeout_s=1.0), make_spec(**kw), inputs)
     drains.append(d)
