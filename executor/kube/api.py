@@ -252,6 +252,8 @@ class KubeApi:
                     doc = {}
                 raise self._error_for(status, doc if isinstance(doc, dict) else {}, body, headers, f"GET {path}")
             yield from stream.events()
+            if stream.refused:   # garbage from the server: said (drain.list_failed), then resumed
+                raise KubeError(0, "WatchRefused", f"GET {path}: {stream.refused}")
         finally:
             stream.close()
             self._watch = None

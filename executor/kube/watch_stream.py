@@ -38,6 +38,7 @@ class WatchStream:
         self._resp: http.client.HTTPResponse | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self.refused = ""   # why the stream was ended on a line that is not an event ("" if it was not)
 
     def open(self) -> tuple[int, dict[str, str], bytes]:
         """Send the GET; (status, lower-cased headers, body if not 200). Raises OSError / HTTPException."""
@@ -79,14 +80,20 @@ class WatchStream:
                 return
             if not line:
                 return
-            if len(line) > MAX_EVENT_BYTES or not line.endswith(b"\n"):
-                return   # oversized or cut short: not an event to act on
+            if len(line) > MAX_EVENT_BYTES:
+                self.refused = f"a line over {MAX_EVENT_BYTES} bytes"
+                return
+            if not line.endswith(b"\n"):
+                return   # cut short: the server or the connection ended mid-event; resume from here
             try:
                 event = ujson.loads(line)
             except ValueError:
+                self.refused = f"not JSON: {line[:80]!r}"
                 return
-            if isinstance(event, dict) and isinstance(event.get("object"), dict):
-                yield event
+            if not (isinstance(event, dict) and isinstance(event.get("object"), dict)):
+                self.refused = f"not a watch event: {line[:80]!r}"
+                return
+            yield event
 
     def close(self) -> None:
         with self._lock:
