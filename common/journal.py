@@ -11,7 +11,12 @@ twice (spool.intake's recent ids, seeded from the spool file at start).
 Acks are not written: the file is emptied when nothing is pending, and
 rewritten (temp file, fsync, rename) with only the pending events when it has
 grown past twice their size. An event acked but still here after a crash is
-replayed once more, which the spool dedupes.
+replayed once more, which the spool dedupes. The size of what is pending is a
+running count (each line's length kept from its append until its ack), so the
+decision after each ack batch costs nothing however long the backlog; only a
+rewrite encodes the pending events, and a rewrite happens only once the file is
+twice what it keeps, so over a backlog drained in small batches they add up to
+about twice the backlog, not its square.
 
 The file is under ``paths.state_dir`` (``outbox/<process>.journal``), never the
 runtime dir, which systemd deletes when the unit stops. One process owns it
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import ujson
@@ -46,11 +51,13 @@ def encode(event: dict[str, Any]) -> bytes:
     return ujson.dumps(event, ensure_ascii=False, escape_forward_slashes=False).encode() + b"\n"
 
 
-def parse(data: bytes) -> tuple[list[dict[str, Any]], int, bool]:
-    """(events, lines that are not events, a torn last line) of a journal's bytes."""
+def parse(data: bytes) -> tuple[list[dict[str, Any]], int, bool, dict[str, int]]:
+    """(events, lines that are not events, a torn last line, each event's line length with its
+    newline by event_id) of a journal's bytes."""
     lines = data.split(b"\n")
     torn = bool(lines[-1])          # no newline after it: the append never finished
     events, bad = [], 0
+    lengths: dict[str, int] = {}
     for line in lines[:-1]:
         if not line.strip():
             continue
@@ -61,18 +68,28 @@ def parse(data: bytes) -> tuple[list[dict[str, Any]], int, bool]:
             continue
         if isinstance(ev, dict) and isinstance(ev.get("event_id"), str) and isinstance(ev.get("type"), str):
             events.append(ev)
+            lengths[ev["event_id"]] = lengths.get(ev["event_id"], 0) + len(line) + 1
         else:
             bad += 1
-    return events, bad, torn
+    return events, bad, torn, lengths
 
 
 class Journal:
-    """Append-and-fsync log of unacknowledged events; ``replayed`` holds what a previous run left."""
+    """Append-and-fsync log of unacknowledged events; ``replayed`` holds what a previous run left.
+
+    ``pending_bytes`` is what the events in the file not yet acked (``acked``) take of it: each
+    line's length is kept by event_id from its append (or the load, or a rewrite) to its ack. An
+    event the Outbox gave up (its limit) or never journalled is not acked through here; the count
+    then errs high, which only delays a compaction (``bound`` still caps the file), and the next
+    rewrite or emptying counts afresh from what is really pending.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = -1
         self.size = 0
+        self.pending_bytes = 0
+        self._lengths: dict[str, int] = {}   # event_id -> its line's bytes, while in the file and unacked
         self.errors: list[dict[str, Any]] = []   # taken by the owner: logged and emitted
         self.replayed: list[dict[str, Any]] = []
         self.failed_appends = 0
@@ -117,21 +134,27 @@ class Journal:
                                 "path": self.path})
             self.failed_appends = 0
         self.size += len(line)
+        self._count(event["event_id"], len(line))
         return True
 
+    def acked(self, event_ids: Iterable[str]) -> None:
+        """The spool has these: their lines no longer count as pending (an unknown id is ignored)."""
+        for eid in event_ids:
+            self.pending_bytes -= self._lengths.pop(eid, 0)
+
     def settle(self, pending: Mapping[str, tuple[float, dict[str, Any]]]) -> None:
-        """After acks (``pending``: the Outbox's): empty the file when nothing is pending; rewrite it
-        with only the pending events when it has grown past twice their size."""
+        """After acks (``pending``: the Outbox's, told to ``acked`` first): empty the file when nothing
+        is pending; rewrite it with only the pending events when it has grown past twice their size.
+        The decision is O(1) (``pending_bytes``); only a rewrite walks ``pending``."""
         if self.fd < 0 or not self.size:
             return
         try:
             if not pending:
                 os.ftruncate(self.fd, 0)
                 self.size = 0
-            elif self.size > COMPACT_MIN_BYTES:
-                events = [ev for _, ev in pending.values()]
-                if self.size > 2 * sum(len(encode(e)) for e in events):
-                    self._rewrite(events)
+                self._lengths, self.pending_bytes = {}, 0
+            elif self.size > COMPACT_MIN_BYTES and self.size > 2 * self.pending_bytes:
+                self._rewrite([ev for _, ev in pending.values()])
         except OSError as e:
             self._error("compact", e)
 
@@ -156,7 +179,8 @@ class Journal:
         except OSError as e:
             self._error("read", e)
             data = b""
-        events, bad, torn = parse(data)
+        events, bad, torn, self._lengths = parse(data)
+        self.pending_bytes = sum(self._lengths.values())
         self.size = len(data)
         if bad:
             self.errors.append({"op": "corrupt", "path": self.path, "bad_lines": bad,
@@ -170,7 +194,10 @@ class Journal:
         self.replayed = events
 
     def _rewrite(self, events: list[dict[str, Any]]) -> None:
-        body = b"".join(encode(e) for e in events)
+        """Crash-safe: the new file is whole on disk before it replaces the old one, so a crash at any
+        point leaves one or the other, each line once (the old one may still hold acked events)."""
+        lines = [encode(e) for e in events]
+        body = b"".join(lines)
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
@@ -183,7 +210,14 @@ class Journal:
         os.replace(tmp, self.path)
         os.close(self.fd)
         self.fd, self.size = fd, len(body)
+        self._lengths, self.pending_bytes = {}, 0
+        for ev, line in zip(events, lines, strict=True):
+            self._count(ev["event_id"], len(line))
         _fsync_dir(os.path.dirname(self.path))
+
+    def _count(self, event_id: str, nbytes: int) -> None:
+        self._lengths[event_id] = self._lengths.get(event_id, 0) + nbytes
+        self.pending_bytes += nbytes
 
     def _error(self, op: str, e: OSError) -> None:
         self.errors.append({"op": op, "path": self.path, "errno": e.errno, "error": str(e)[:300]})

@@ -194,6 +194,7 @@ class SpoolLink:
             self._reporting = False
 
     def on_readable(self) -> None:
+        acked: list[str] = []
         for frames in ipc.pending(self.sock):
             try:
                 topic, body = ipc.decode(frames)
@@ -203,7 +204,14 @@ class SpoolLink:
             except ipc.BadMessage as e:
                 self.rejections.add(ipc.SPOOL_INTAKE, e)
                 continue
-            self.outbox.acked([i for i in ids if isinstance(i, str)])
+            acked += [i for i in ids if isinstance(i, str)]
+        self.acked(acked)
+
+    def acked(self, event_ids: list[str]) -> None:
+        """The spool holds these: off the outbox, and (O(1) a batch, common.journal) out of the journal
+        when it is time."""
+        self.outbox.acked(event_ids)
+        self.journal.acked(event_ids)
         self.journal.settle(self.outbox.pending)
 
     @property

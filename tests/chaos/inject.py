@@ -37,6 +37,11 @@ FILLER = "chaos-filler"
 API_HANG_S = 3.0        # > the agent's kubernetes.timeout_s (2 s): a timeout, not a slow answer
 METADATA_HANG_S = 2.0   # > metadata.timeout_s (1 s)
 VECTOR_SLOW_S = 1.5     # < the shipper's timeout: slow, not down
+# Kafka down behind a running Vector (kafka_400): the kafka sink's delivery times out after
+# message_timeout_ms and the batch is Rejected, so each answer comes that late. Vector's default is
+# 300 s; this stands for a shortened one, well under the shipper's 45 s timeout, so the shipper hears
+# the 400 (a sink failure: it keeps every record and backs off) rather than timing out itself.
+KAFKA_HOLD_S = 1.0
 
 
 # The unit's TimeoutStopSec= is 30 s; every worker stops in well under a second, so this is only
@@ -216,6 +221,10 @@ class Injector:
             s.vector.refuse()
         elif f.kind == "vector_slow":
             s.vector.slow(VECTOR_SLOW_S)
+        elif f.kind == "kafka_400":
+            s.vector.kafka_down(400, KAFKA_HOLD_S)
+        elif f.kind == "kafka_500":
+            s.vector.kafka_down(500)
         elif f.kind == "disk_full":
             if not self.disk:
                 return False
@@ -243,6 +252,8 @@ class Injector:
             s.vector.accept()
         elif f.kind == "vector_slow":
             s.vector.clear_faults()
+        elif f.kind in ("kafka_400", "kafka_500"):
+            s.vector.kafka_up()   # also ends the holds of batches waiting on the sink (their answer: 200)
         elif f.kind == "disk_full":
             unfill(s.agent.state_dir)
 

@@ -32,6 +32,8 @@ KUBE_KINDS = (
     "api_down",            # ... stops listening (connection refused)
     "vector_down",         # Vector refuses connections
     "vector_slow",         # Vector delivers, but answers each batch late
+    "kafka_400",           # Vector up, Kafka not: each batch held (the sink's timeout), then 400 Rejected
+    "kafka_500",           # ... or answered at once 500 Errored (tests/emulators/vector.py, kafka_down)
     "disk_full",           # the spool's filesystem (the state dir, a tmpfs) filled to the last byte
 )
 LONG_OUTAGE = "api_down_long"   # API server down from early on until past the cutoff
@@ -42,7 +44,8 @@ RESTARTS = ("kill_supervisord", "unit_restart")   # the unit restarted, runtime 
 TARGET = {**dict.fromkeys(KILLS + RESTARTS, "process"), "nats_restart": "nats",
           "metadata_error": "metadata", "metadata_hang": "metadata", "api_500": "kube", "api_429": "kube",
           "api_timeout": "kube", "api_slow": "kube", "api_down": "kube", LONG_OUTAGE: "kube", "vector_down": "vector",
-          "vector_slow": "vector", "disk_full": "disk", "slurmctld_restart": "slurmctld"}
+          "vector_slow": "vector", "kafka_400": "vector", "kafka_500": "vector", "disk_full": "disk",
+          "slurmctld_restart": "slurmctld"}
 # A restart of the unit never overlaps a full state dir: what was saved meanwhile went to the fallback
 # copy in the runtime dir, which the restart removes -- two storage losses at once, by design not
 # survived (docs/reliability.md, "Unit restarts").

@@ -49,6 +49,7 @@ def test_nothing_pending_empties_the_file_and_a_mostly_acked_one_is_rewritten(tm
     monkeypatch.setattr(journal_mod, "COMPACT_MIN_BYTES", 200)
     for i in range(10):
         j.append(ev(i))
+    j.acked([f"e-{i}" for i in range(9)])
     j.settle(pending_of([ev(9)]))
     assert os.path.getsize(path) == j.size == len(journal_mod.encode(ev(9)))
     j.append(ev(10))                                           # appends go on after the rewrite
@@ -151,13 +152,11 @@ def test_spoollink_replays_what_a_killed_run_emitted_with_the_same_ids(tmp_path:
         again = SpoolLink(ctx, cfg, "executor", Logger("executor", stream=io.StringIO()))
         assert list(again.outbox.pending) == sent
         # Acked in part: still all in the file (rewritten only when large); a replay the spool dedupes.
-        again.outbox.acked(sent[:2])
-        again.journal.settle(again.outbox.pending)
+        again.acked(sent[:2])
         again.close()
         third = SpoolLink(ctx, cfg, "executor", Logger("executor", stream=io.StringIO()))
         assert list(third.outbox.pending) == sent
-        third.outbox.acked(sent)                                 # all acked: the file is emptied
-        third.journal.settle(third.outbox.pending)
+        third.acked(sent)                                        # all acked: the file is emptied
         third.close()
         fourth = SpoolLink(ctx, cfg, "executor", Logger("executor", stream=io.StringIO()))
         assert list(fourth.outbox.pending) == []
