@@ -24,6 +24,7 @@ import time
 
 import ujson
 
+from bench.cow_owners import report as owners_report
 from bench.cow_pages import report as cow_report
 from bench.procstats import activity, composition, table
 from tests.support.stack import NODE, Stack
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--optimize", type=int, choices=(0, 1, 2), default=2,
                         help="PYTHONOPTIMIZE for the agent (the unit's: 2)")
+    parser.add_argument("--owners", type=int, default=10, help="top owners of copied pages to list per worker")
     parser.add_argument("--no-compile", action="store_true", help="skip compiling the .pyc first")
     args = parser.parse_args(argv)
     if not args.no_compile:
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             print(composition(pids))
             print("anonymous pages each worker copied from supervisord's, by 8-byte words changed (MiB):")
             print(cow_report(pids))
+            print("what owns the words each worker wrote on those pages (bench/cow_owners.py; MiB, top owners):")
+            print(owners_report(pids, args.owners))
 
             for i in range(PODS):
                 stack.kube.add_pod(f"pod-{i}", NODE, owner=("ReplicaSet", f"rs-{i % 11}"))
