@@ -4,15 +4,16 @@
 
 bench.cow_pages counts a worker's anonymous pages that are copies of supervisord's (same address,
 another physical page). This names what is on them. For every 8-byte word that differs
-between the two copies, the owner is the nearest object header at or below it on the parent's
-page: a reference count (1 to 2**32) followed by a pointer to a type (an object whose own type
-is ``type`` or a subclass of it). The type is found without any help from the agent: CPython's
+between the two copies, the owner is the nearest object header at or below it (within 1 KiB) in
+the parent's memory: a reference count (1 to 2**32) followed by a pointer to a type (an object
+whose type has Py_TPFLAGS_TYPE_SUBCLASS: ``type`` or a metaclass). The type is found without any help from the agent: CPython's
 static ``type`` object sits at the same offset in libpython for every process that maps it, so
 its address in the agent is this interpreter's ``id(type)`` moved by the difference of the
 two libpython mappings (the bench and the agent run the same interpreter). A code object is
 named by its file and qualified name, a function by its module and qualified name, a class by
 its name. Copied pages of libpython's own writable data (its static types, deep-frozen code)
-are counted as such.
+are counted as such, and so is a page whose frame a sibling worker maps at the same address:
+that is the original, which supervisord, not the worker, copied by writing to it after the fork.
 
 It is a heuristic: an object that spans pages, or a body word that happens to look like a header,
 can be misnamed; what it is for is the ranking of the biggest owners (docs/footprint.md).
@@ -31,8 +32,8 @@ _MAX_REFCOUNT = 1 << 32
 # CPython 3.11 layouts (Include/cpython/code.h, funcobject.h, object.h, unicodeobject.h).
 _TP_NAME, _TP_FLAGS = 24, 168
 _TYPE_SUBCLASS = 1 << 31    # Py_TPFLAGS_TYPE_SUBCLASS: set on type and every metaclass
-_CODE_FILENAME, _CODE_QUALNAME = 112, 128
-_FUNC_QUALNAME, _FUNC_MODULE = 40, 104
+_CODE_FILENAME = 112
+_FUNC_MODULE = 104
 _ASCII_DATA, _STR_LENGTH = 48, 16
 LIBPYTHON = "libpython's writable data (static types, deep-frozen modules)"
 NO_HEADER = "(no object header)"
@@ -114,6 +115,8 @@ class Owners:
     """Names the object that owns a word of the parent's memory."""
 
     def __init__(self, parent: int, mem: Memory) -> None:
+        if sys.version_info[:2] != (3, 11):
+            raise RuntimeError("the object layouts read here are CPython 3.11's")
         mine, theirs = _libpython_base("self"), _libpython_base(parent)
         if mine is None or theirs is None or mine[1] != theirs[1]:
             raise RuntimeError("the agent must run the bench's interpreter (the same libpython)")

@@ -4,9 +4,11 @@
 
 The agent runs as the unit runs it (PYTHONOPTIMIZE=2, on .opt-2.pyc compiled first with
 deploy/compile-pyc.sh, as install.sh compiles a node's) under a real supervisord against a
-real nats-server (relay connected), the AWS metadata emulator (polled every 5 s), a signed
+real nats-server (relay connected; supervisord started as the unit starts it, through
+supervisord_plugins/launch.py), the AWS metadata emulator (polled every 5 s), a signed
 launch contract and 10 agent-socket clients, idle for 60 s; then a node with 110 pods is
-drained and the same figures are taken right after.
+drained and the same figures are taken right after. Under the idle figures: distinct pages by what
+maps them, the copy-on-write split and its owners (bench/cow_pages.py, bench/cow_owners.py).
 
 The headline is the agent's distinct resident pages (every physical page any agent process
 maps, counted once: what a node with no other Python pays) beside PSS (read from
