@@ -4,9 +4,11 @@
 
 The agent runs as the unit runs it (PYTHONOPTIMIZE=2, on .opt-2.pyc compiled first with
 deploy/compile-pyc.sh, as install.sh compiles a node's) under a real supervisord against a
-real nats-server (relay connected), the AWS metadata emulator (polled every 5 s), a signed
+real nats-server (relay connected; supervisord started as the unit starts it, through
+supervisord_plugins/launch.py), the AWS metadata emulator (polled every 5 s), a signed
 launch contract and 10 agent-socket clients, idle for 60 s; then a node with 110 pods is
-drained and the same figures are taken right after.
+drained and the same figures are taken right after. Under the idle figures: distinct pages by what
+maps them, the copy-on-write split and its owners (bench/cow_pages.py, bench/cow_owners.py).
 
 The headline is the agent's distinct resident pages (every physical page any agent process
 maps, counted once: what a node with no other Python pays) beside PSS (read from
@@ -24,6 +26,7 @@ import time
 
 import ujson
 
+from bench.cow_owners import report as owners_report
 from bench.cow_pages import report as cow_report
 from bench.procstats import activity, composition, table
 from tests.support.stack import NODE, Stack
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--optimize", type=int, choices=(0, 1, 2), default=2,
                         help="PYTHONOPTIMIZE for the agent (the unit's: 2)")
+    parser.add_argument("--owners", type=int, default=10, help="top owners of copied pages to list per worker")
     parser.add_argument("--no-compile", action="store_true", help="skip compiling the .pyc first")
     args = parser.parse_args(argv)
     if not args.no_compile:
@@ -98,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             print(composition(pids))
             print("anonymous pages each worker copied from supervisord's, by 8-byte words changed (MiB):")
             print(cow_report(pids))
+            print("what owns the words each worker wrote on those pages (bench/cow_owners.py; MiB, top owners):")
+            print(owners_report(pids, args.owners))
 
             for i in range(PODS):
                 stack.kube.add_pod(f"pod-{i}", NODE, owner=("ReplicaSet", f"rs-{i % 11}"))

@@ -170,7 +170,7 @@ def entry_point(filename: str, packages: tuple[str, ...] = OWN_PACKAGES,
         return None
     first, _, rest = head.partition(b"\n")
     interpreter = first[2:].strip().decode("utf-8", "replace") if first.startswith(b"#!") else ""
-    if interpreter != (python or sys.executable):
+    if not same_interpreter(interpreter, python or sys.executable):
         return None   # another interpreter or virtualenv: only an exec runs it faithfully
     m = _ENTRY.search(rest)
     if m is None:
@@ -179,6 +179,18 @@ def entry_point(filename: str, packages: tuple[str, ...] = OWN_PACKAGES,
     if module.split(".")[0] not in packages:
         return None
     return module, func
+
+
+def same_interpreter(a: str, b: str) -> bool:
+    """Whether two interpreter paths run the same interpreter in the same virtualenv: the same
+    directory (a venv's bin/, which its pyvenv.cfg belongs to) and the same binary -- ``python``
+    and ``python3`` in one venv are (pip writes either into a script's #! line; supervisord may be
+    started through the other, supervisord_plugins/launch.py)."""
+    if a == b:
+        return True
+    if not a or not b or os.path.dirname(a) != os.path.dirname(b):
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _files(names: set[str]) -> dict[str, int]:

@@ -52,7 +52,7 @@ say() { printf '[sco-agent image] %s\n' "$*" >&2; }
 # Everything the unit names, read from the unit itself so the two never disagree.
 unit_value() { sed -n "s/^$1=//p" "$UNIT_SRC" | head -n1; }
 EXEC_START=$(unit_value ExecStart)
-SUPERVISORD=${EXEC_START%% *}                       # /opt/sco-agent/bin/supervisord
+SUPERVISORD=${EXEC_START%% *}                       # /opt/sco-agent/bin/sco-supervisord
 PREFIX=$(dirname "$(dirname "$SUPERVISORD")")       # /opt/sco-agent
 CONFIG=$(sed -n 's/^Environment=SCO_AGENT_CONFIG=//p' "$UNIT_SRC")
 OPTIMIZE=$(sed -n 's/^Environment=PYTHONOPTIMIZE=//p' "$UNIT_SRC")

@@ -44,7 +44,8 @@ def unit_env(name: str) -> str:
 
 
 def test_the_prefix_is_the_units():
-    assert unit_value("ExecStart").startswith(f"{PREFIX}/bin/supervisord ")
+    # supervisord through the lean launcher (supervisord_plugins/launch.py, the sco-supervisord script).
+    assert unit_value("ExecStart").startswith(f"{PREFIX}/bin/sco-supervisord ")
 
 
 @pytest.mark.parametrize("path", sorted(SHIPPED))
@@ -88,7 +89,7 @@ def test_the_installed_config_loads(node_image):
 
 def test_scripts_name_the_node_path_never_the_build_root(node_image):
     bindir = node_image + PREFIX + "/bin"
-    for name in ("supervisord", "supervisorctl", "sco-agentctl", "sco-watcher", "sco-executor",
+    for name in ("supervisord", "sco-supervisord", "supervisorctl", "sco-agentctl", "sco-watcher", "sco-executor",
                  "sco-verifier", "sco-spool", "sco-checkpoint"):
         with open(os.path.join(bindir, name), "rb") as f:
             assert f.readline() == f"#!{PREFIX}/bin/python\n".encode(), name
@@ -126,6 +127,15 @@ def test_the_venv_runs_sco_agentctl_from_the_root_on_its_own_pyc(node_image):
     assert any(p.endswith(f"/agentctl/__pycache__/__main__.{sys.implementation.cache_tag}.pyc") for p in loaded), loaded
     assert [p for p in loaded if not p.endswith(".pyc")] == []          # none compiled from source now
     assert [line for line in res.stderr.splitlines() if line.startswith("# wrote ")] == []
+
+
+def test_the_units_sco_supervisord_runs_supervisor_from_the_venv(node_image):
+    """ExecStart's script, run on the installed venv: supervisor's own main behind the lean launcher."""
+    venv = node_image + PREFIX
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONOPTIMIZE": unit_env("PYTHONOPTIMIZE")}
+    res = subprocess.run([venv + "/bin/python", venv + "/bin/sco-supervisord", "--version"], cwd="/", env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0 and res.stdout.strip() == "4.3.0", res.stdout + res.stderr[-2000:]
 
 
 WORKERS = ("sco-spool", "sco-verifier", "sco-executor", "sco-watcher")

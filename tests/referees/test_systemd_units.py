@@ -82,7 +82,7 @@ def test_verify_does_referee_the_unit(node_image):
     try:
         with open(broken, "w") as f:
             f.write(text.replace("Nice=-5", "Nice=-5\nFrobnicate=yes")
-                    .replace("/opt/sco-agent/bin/supervisord", "/opt/sco-agent/bin/no-such-supervisord"))
+                    .replace("/opt/sco-agent/bin/sco-supervisord", "/opt/sco-agent/bin/no-such-supervisord"))
         rc, out = verify(node_image, "sco-agent-broken.service")
     finally:
         os.unlink(broken)

@@ -22,7 +22,7 @@ from common.log import Logger
 from supervisord_plugins import process_events
 from supervisord_plugins.process_events import Forwarder, event_data
 from tests.supervisord_plugins.test_zygote import HEAD, write_script
-from tests.support.agent_rig import REPO, write_config
+from tests.support.agent_rig import REPO, supervisord_command, write_config
 from tests.support.fake_spool import FakeSpool
 from tests.support.procutil import stop_pid
 from tests.support.wait import wait_for
@@ -98,7 +98,7 @@ class Rig:
         with open(self.conf, "w") as f:
             f.write(CONF.format(d=d, zygote=f"config = {config}", python=sys.executable))
         self.env = dict(os.environ, PYTHONPATH=REPO)
-        self.proc = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", self.conf],
+        self.proc = subprocess.Popen([*supervisord_command(), "-c", self.conf],
                                      env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
     def start_spool(self) -> FakeSpool:

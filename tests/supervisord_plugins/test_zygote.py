@@ -18,6 +18,7 @@ import xmlrpc.client
 import pytest
 
 from supervisord_plugins.zygote import OWN_PACKAGES, entry_point
+from tests.support.agent_rig import supervisord_command
 from tests.support.procutil import pid_alive, stop_pid
 from tests.support.wait import wait_for
 
@@ -84,7 +85,7 @@ class Supervisor:
         self.conf = os.path.join(d, "supervisord.conf")
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(d, "lib")]))
         self.env.pop("PYTHONUNBUFFERED", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", self.conf],
+        self.proc = subprocess.Popen([*supervisord_command(), "-c", self.conf],
                                      env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
     def ctl(self, *args: str) -> str:
@@ -358,3 +359,25 @@ def test_a_stop_signal_supervisords_handler_took_in_the_child_still_stops_the_wo
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     status = _child_status(_Receiver())
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_python_and_python3_of_one_venv_are_the_same_interpreter(tmp_path):
+    """supervisord started as bin/python (the unit, through supervisord_plugins.launch) runs scripts whose
+    #! line says bin/python3 in place, and the reverse; another venv's, or another binary, never."""
+    from supervisord_plugins.zygote import same_interpreter
+
+    venv, other = tmp_path / "venv" / "bin", tmp_path / "other" / "bin"
+    for d in (venv, other):
+        d.mkdir(parents=True)
+        (d / "python3").symlink_to(sys.executable)
+        (d / "python").symlink_to("python3")
+    (venv / "python2").symlink_to("/bin/sh")
+    assert same_interpreter(str(venv / "python"), str(venv / "python3"))
+    assert same_interpreter(str(venv / "python3"), str(venv / "python"))
+    assert not same_interpreter(str(venv / "python"), str(other / "python"))
+    assert not same_interpreter(str(venv / "python"), str(venv / "python2"))
+    assert not same_interpreter("", str(venv / "python"))
+    script = str(tmp_path / "sco-x")
+    write_script(script, str(venv / "python3"), "spool.__main__")
+    assert entry_point(script, OWN_PACKAGES, python=str(venv / "python")) == ("spool.__main__", "main")
+    assert entry_point(script, OWN_PACKAGES, python=str(other / "python")) is None

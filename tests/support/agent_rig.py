@@ -39,6 +39,13 @@ def write_config(path: str, sections: dict[str, dict[str, Any]]) -> None:
         f.write("\n".join(lines))
 
 
+def supervisord_command() -> list[str]:
+    """supervisord as the unit starts it (deploy/systemd/sco-agent.service): through the lean launcher, whose
+    ``sco-supervisord`` script runs the same main(); run as a module, a venv installed before the script
+    existed (an editable install) runs it too. -P: no working directory on sys.path, as for a script."""
+    return [sys.executable, "-P", "-m", "supervisord_plugins.launch"]
+
+
 class AgentRig:
     def __init__(self, base: str, settings: dict[str, dict[str, Any]]) -> None:
         self.base = base
@@ -70,7 +77,6 @@ class AgentRig:
         return env
 
     def start(self, wait: bool = True) -> AgentRig:
-        supervisord = venv_tool("supervisord")
         # systemd's RuntimeDirectory= at every start (deploy/systemd/sco-agent.service): a unit
         # restart (tests/chaos/inject.py) removed them.
         for d in (self.run_dir, self.sup_dir):
@@ -78,7 +84,7 @@ class AgentRig:
         with open(os.path.join(self.log_dir, "supervisord.out"), "ab") as out:
             # A session of its own, as a unit has a cgroup of its own: every worker inherits it (supervisord
             # only setpgrp()s them), so tests/chaos/inject.py finds the whole unit, orphans included.
-            self.proc = subprocess.Popen([supervisord, "-c", os.path.join(REPO, "supervisord.conf")],
+            self.proc = subprocess.Popen([*supervisord_command(), "-c", os.path.join(REPO, "supervisord.conf")],
                                          env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.base,
                                          start_new_session=True)
         if wait:
