@@ -2,15 +2,15 @@
 
 Some tests are long because their issue asks for a long stretch of real time, not for work: two
 minutes of Kafka outage (issue 18), an API server stopped for 40 s, a whole notice window (issue
-16). Their processes sit idle most of that time, and the suite waited with them. ``BACKGROUND``
+16), pods that take up to 46 s to go while the unit restarts 20 times (issue 17). Their processes sit idle most of that time, and the suite waited with them. ``BACKGROUND``
 names them; when a run selects them together with other tests, one child ``python -m pytest``
 runs just those, from the start of the session, while this process runs the rest. Each of them
 stays in this session as a stand-in item, at the end, that reports the child's outcome for it:
 pass, fail (with the child's report), or skip (a failure under CI, as everywhere).
 
 Why this is safe beside the other tests: what runs in the lane uses only its own temp dirs,
-free ports and its own PIDs (no Slurm rig, no munge, no tmpfs, nothing a name-wide kill would
-hit), and every test of the suite must already pass with a CPU-heavy job beside it (issue 14);
+free ports and its own PIDs (no Slurm rig, no munge, nothing a name-wide kill would hit; the unit
+restarts' tmpfs is mounted on its own temp dir), and every test of the suite must already pass with a CPU-heavy job beside it (issue 14);
 the lane is lighter than that. Why not pytest-xdist: it would spread every test over workers,
 the Slurm rigs and tmpfs fixtures included, which share machine-wide daemons; here only named,
 isolated tests move, and no dependency is added.
@@ -34,6 +34,11 @@ import pytest
 BACKGROUND = (
     "tests/spool/test_kafka_outage.py::test_kafka_down_two_minutes_with_400_then_with_500_every_event_arrives",
     "tests/e2e/test_do_no_harm.py::",
+    "tests/chaos/test_unit_restarts.py::",        # pods that take 6-46 s to go, 20 restarts meanwhile
+    "tests/e2e/test_kube_drain.py::",             # an outage waited out to the fallback's moment
+    "tests/e2e/test_concurrent_notices.py::",     # deadlines seconds apart
+    "tests/e2e/test_key_rotation_e2e.py::",       # contract refreshes
+    "tests/verifier/test_verifies_real.py::",     # cutoffs of real windows
 )
 LANE_ENV = "SCO_TEST_LANE_REPORT"   # set in the child: where it writes its reports
 LANE_TIMEOUT_S = 30 * 60
@@ -44,14 +49,16 @@ class Lane:
     """The child pytest and where its reports go."""
 
     def __init__(self, nodeids: list[str]) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="sco-test-lane-"))
+        # Short: a test's temp path ends in supervisord's control socket (plus its ".pid" while it
+        # binds), and AF_UNIX names stop at 107 bytes.
+        self.dir = Path(tempfile.mkdtemp(prefix="sco-lane-"))
         self.reports_path = self.dir / "reports.jsonl"
         self.log_path = self.dir / "pytest.log"
         env = dict(os.environ, **{LANE_ENV: str(self.reports_path)})
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
-                 str(self.dir / "tmp"), *nodeids], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                 str(self.dir / "t"), *nodeids], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         self._reports: dict[str, list[dict[str, Any]]] | None = None
 
     def reports(self, nodeid: str) -> tuple[list[dict[str, Any]], int]:
