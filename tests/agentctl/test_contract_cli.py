@@ -63,7 +63,8 @@ def test_verify_reports_scope_and_key_problems(signed: dict[str, Path], tmp_path
 def test_verify_refuses_a_tampered_bundle(signed: dict[str, Path]) -> None:
     env = json.loads(signed["bundle"].read_text())
     sig = env["signatures"][0]["sig"]
-    # A different first character: writing a fixed "A" left one signature in 64 unchanged.
+    # Its first character replaced by a different one: always a changed signature (a fixed "A" left
+    # it as it was whenever a fresh key's signature began with "A", 1 run in 64).
     env["signatures"][0]["sig"] = ("B" if sig[0] == "A" else "A") + sig[1:]
     signed["bundle"].write_text(json.dumps(env))
     code, out, _ = run("verify", "--trust-dir", str(signed["keys"]), str(signed["bundle"]))

@@ -22,7 +22,7 @@ from common.log import Logger
 from supervisord_plugins import process_events
 from supervisord_plugins.process_events import Forwarder, event_data
 from tests.supervisord_plugins.test_zygote import HEAD, write_script
-from tests.support.agent_rig import REPO, supervisord_command, write_config
+from tests.support.agent_rig import REPO, supervisord_command, waking, write_config
 from tests.support.fake_spool import FakeSpool
 from tests.support.procutil import stop_pid
 from tests.support.wait import wait_for
@@ -118,8 +118,9 @@ class Rig:
         return wait_for(check, 30, "worker RUNNING")
 
     def stop(self) -> None:
-        stop_pid(self.proc.pid, "supervisord", timeout=30)
-        self.proc.wait(30)
+        with waking(os.path.join(self.d, "sup.sock")):   # its reaps without a 1 s wait each
+            stop_pid(self.proc.pid, "supervisord", timeout=30)
+            self.proc.wait(30)
         if self.spool is not None:
             self.spool.stop()
 

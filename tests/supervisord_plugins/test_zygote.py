@@ -18,7 +18,7 @@ import xmlrpc.client
 import pytest
 
 from supervisord_plugins.zygote import OWN_PACKAGES, entry_point
-from tests.support.agent_rig import supervisord_command
+from tests.support.agent_rig import supervisord_command, waking
 from tests.support.procutil import pid_alive, stop_pid
 from tests.support.wait import wait_for
 
@@ -126,8 +126,9 @@ class Supervisor:
             return ""
 
     def stop(self) -> None:
-        stop_pid(self.proc.pid, "supervisord", timeout=30)
-        self.proc.wait(timeout=30)
+        with waking(os.path.join(self.d, "sup.sock")):   # its reaps without a 1 s wait each
+            stop_pid(self.proc.pid, "supervisord", timeout=30)
+            self.proc.wait(timeout=30)
 
 
 def start_supervisor(d: str) -> Supervisor:
