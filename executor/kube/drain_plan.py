@@ -49,6 +49,7 @@ class Target:
     priority: int
     lane: str            # "pdb:ns/name" | "owner:uid" | "pod:ns/name"
     pdb: str             # "ns/name" of the PDB the plan believes covers it, "" if none or unknown
+    pdbs: tuple[str, ...]   # every PDB selecting it ("ns/name"; more than one: the server answers 500)
     grace_s: int         # the pod's own terminationGracePeriodSeconds
     terminating: bool    # already being deleted (by us earlier, or by anyone)
     pod: dict[str, Any] = field(compare=False, repr=False)
@@ -186,15 +187,20 @@ def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
                for e in selector.get("matchExpressions") or [])
 
 
-def covering_pdb(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> str:
-    """ "ns/name" of the first (by name) PDB selecting the pod, or "". (More than one: the server
-    refuses the eviction with 500, and the pod ends up escalated at the cutoff.)"""
+def covering_pdbs(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """ "ns/name" of every PDB selecting the pod, by name. (More than one: the server refuses the
+    eviction with 500, and the pod ends up escalated at the cutoff.)"""
     md = pod.get("metadata") or {}
     ns, labels = md.get("namespace"), md.get("labels") or {}
     names = sorted(str((p.get("metadata") or {}).get("name")) for p in pdbs
                    if (p.get("metadata") or {}).get("namespace") == ns
                    and selector_matches((p.get("spec") or {}).get("selector"), labels))
-    return f"{ns}/{names[0]}" if names else ""
+    return tuple(f"{ns}/{name}" for name in names)
+
+
+def covering_pdb(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> str:
+    """ "ns/name" of the first (by name) PDB selecting the pod, or "" (``covering_pdbs``)."""
+    return (covering_pdbs(pod, pdbs) or ("",))[0]
 
 
 def _controller_uid(pod: dict[str, Any]) -> str:
@@ -207,7 +213,8 @@ def _controller_uid(pod: dict[str, Any]) -> str:
 def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
     md = pod.get("metadata") or {}
     key = pod_key(pod)
-    pdb = covering_pdb(pod, pdbs) if pdbs is not None else ""
+    every = covering_pdbs(pod, pdbs) if pdbs is not None else ()
+    pdb = every[0] if every else ""
     if pdb:
         lane = f"pdb:{pdb}"
     elif pdbs is None and _controller_uid(pod):
@@ -215,7 +222,7 @@ def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
     else:
         lane = f"pod:{key}"
     return Target(uid=str(md.get("uid") or key), key=key, tier=tier_of(pod), priority=priority_of(pod),
-                  lane=lane, pdb=pdb, grace_s=own_grace(pod), terminating=bool(md.get("deletionTimestamp")),
+                  lane=lane, pdb=pdb, pdbs=every, grace_s=own_grace(pod), terminating=bool(md.get("deletionTimestamp")),
                   pod=pod)
 
 

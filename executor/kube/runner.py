@@ -221,7 +221,7 @@ class DrainRunner:
                 if sight.pods is None:   # the first list is not in yet
                     self._exchange(book, pool, now + LIST_INTERVAL_S)
                     continue
-                book.observe(sight.pods, sight.pdbs, now)
+                book.observe(sight.pods, sight.pdbs, now, sight.budgets)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
