@@ -39,6 +39,7 @@ import psutil
 from bench.drain import REPO
 from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, parallel
 from bench.fleet_peers import CentralDrainer, kubectl_drains
+from bench.fleet_report import CpuMeter, headline, line, percentile
 from common.http import TlsFiles, tls_context
 from common.wire import Budget, phase_ends
 from executor.kube.api import KubeApi
@@ -144,7 +145,9 @@ class Fleet:
             statuses.append(status)   # list.append is atomic: the agent's threads share it
 
         def make() -> KubeApi:
-            api = KubeApi(server.url, node, token, node_token=self.taint_token, tls=self.tls, timeout_s=30.0)
+            # taint_tls: the taint identity's own connection trusts the same CA (a shared context names no file).
+            api = KubeApi(server.url, node, token, node_token=self.taint_token, tls=self.tls, taint_tls=self.tls,
+                          timeout_s=30.0)
             api.on_request = count
             return api
         return make
@@ -183,27 +186,22 @@ def noisy(fleet: Fleet, stop: threading.Event, counter: list[int]) -> list[threa
     return threads
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    v = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-    return None if v == float("inf") else round(v, 2)
-
-
 class Observer:
     """The bench's eyes: a watch of every pod (PodInformer) in this process; ``requests`` is the
-    control plane's count, read from its own process."""
+    control plane's count, read from its own process; ``cpu`` meters every part of the run."""
 
-    def __init__(self, cache: PodCache, plane: ControlPlaneProcess) -> None:
-        self.cache, self._plane = cache, plane
+    def __init__(self, cache: PodCache, plane: ControlPlaneProcess, cpu: CpuMeter) -> None:
+        self.cache, self._plane, self.cpu = cache, plane, cpu
 
     @property
     def requests(self) -> int:
         return self._plane.requests
 
 
-def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_s: float) -> dict[str, Any]:
+def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_s: float,
+                 cap_s: float) -> dict[str, Any]:
+    """One scenario: every drain starts in the same second; it runs until every node is empty or
+    ``cap_s`` (the agents themselves give up 30 s past the deadline: runner.LINGER_S)."""
     nodes = fleet.names(index)
     t_fill = time.time()
     fleet.fill(index)
@@ -215,11 +213,12 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     plane.cache.watch_nodes(nodes)
     requests0, throttled0, cpu0, rejected0 = fleet.metrics()
     plane_requests0 = plane.requests
+    cpu_before = plane.cpu.sample()
     stop_noise, noise = threading.Event(), [0]
     if name.startswith("noisy"):
         noisy(fleet, stop_noise, noise)
     t0 = time.time()
-    stop_at = t0 + deadline_s
+    stop_at = t0 + cap_s
     runners: list[DrainRunner] = []
     counts: dict[str, list[int]] = {}
     central = None
@@ -229,12 +228,14 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
         assert fleet.server.admin is not None
         central = CentralDrainer(fleet.server.url, fleet.server.admin.token, fleet.tls, nodes, stop_at).start()
     if name == "kubectl":
-        kubectl_drains(nodes, lambda n: fleet.server.nodes[n].kubeconfig, fleet.cache_dir, int(deadline_s),
+        kubectl_drains(nodes, lambda n: fleet.server.nodes[n].kubeconfig, fleet.cache_dir, int(cap_s),
                        stop_at, until=lambda: len(plane.cache.empty_at) == len(nodes))
     else:
-        wait_for(lambda: len(plane.cache.empty_at) == len(nodes) or time.time() >= stop_at, deadline_s + 30,
-                 "every node empty or the deadline")
+        wait_for(lambda: len(plane.cache.empty_at) == len(nodes) or time.time() >= stop_at
+                 or (bool(runners) and not any(r.alive for r in runners)), cap_s + 30,
+                 "every node empty, the cap, or every agent ended")
     ended = time.time()
+    cpu = plane.cpu.since(cpu_before)
     stop_noise.set()
     for r in runners:
         r.stop()
@@ -247,15 +248,19 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     gone = sum(PODS - plane.cache.count(n) for n in nodes)
     drain_all = max(times) if len(empty) == len(nodes) else None
     window = drain_all if drain_all is not None else ended - t0
+    # Until every node is empty, or until the drainer stopped (cap, or the agents gave up).
+    ran_s = round(drain_all if drain_all is not None else ended - t0, 2)
     # The server's count, less what the control plane, the noisy loop and the two scrapes sent.
     server_requests = requests1 - requests0 - (plane.requests - plane_requests0) - noise[0] - 1
     row = {"scenario": name, "nodes": len(nodes), "pods": len(nodes) * PODS, "fill_s": round(fill_s, 1),
            "share_on_time": round(on_time / len(nodes), 4),
            "p50_s": percentile(times, 0.50), "p99_s": percentile(times, 0.99),
            "time_to_drain_all_s": None if drain_all is None else round(drain_all, 2),
+           "finished": drain_all is not None, "ran_s": ran_s, "cap_s": cap_s,
+           "empty_by_end": len(empty),
            "evictions_per_s": round(gone / window, 1) if window > 0 else None,
            "server_requests_per_node": round(server_requests / len(nodes), 1),
-           "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1),
+           "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1), "cpu_s": cpu,
            "apf_rejected": {k: int(v - rejected0.get(k, 0.0)) for k, v in rejected1.items()
                             if v - rejected0.get(k, 0.0) > 0}}
     if counts:   # the agents' own count, exact (the server's also holds the noisy loop's)
@@ -284,43 +289,16 @@ def clean(fleet: Fleet, plane: Observer, index: int) -> None:
     wait_for(lambda: all(plane.cache.count(n) == 0 for n in nodes), 600, "leftover pods gone")
 
 
-def line(row: dict[str, Any]) -> str:
-    return (f"{row['scenario']:>9}: on time {row['share_on_time'] * 100:5.1f} %  p50 {row['p50_s']} s  "
-            f"p99 {row['p99_s']} s  all {row['time_to_drain_all_s']} s  {row['evictions_per_s']} evictions/s  "
-            f"{row.get('agent_requests_per_node', row['server_requests_per_node'])} req/node  429s {row['http_429']}  apiserver CPU {row['apiserver_cpu_s']} s")
-
-
-def headline(rows: list[dict[str, Any]], deadline_s: float) -> dict[str, Any]:
-    """Share on time for each; the agents' time-to-drain-all against each peer's. A drain that did
-    not finish counts at the deadline, so the ratio is then a bound (``*_finished`` says which);
-    with neither finished there is no ratio, and the eviction rates compare instead."""
-    by = {r["scenario"]: r for r in rows}
-    out: dict[str, Any] = {"share_on_time": {k: r["share_on_time"] for k, r in by.items()}}
-    if "agents" not in by:
-        return out
-    agent = by["agents"]
-    ratios: dict[str, Any] = {}
-    for peer in ("central", "kubectl", "noisy+fs", "noisy-fs"):
-        if peer not in by:
-            continue
-        ours, theirs = agent["time_to_drain_all_s"], by[peer]["time_to_drain_all_s"]
-        ratio = None
-        if ours is not None or theirs is not None:
-            ratio = round((ours if ours is not None else deadline_s) / (theirs if theirs is not None else deadline_s), 4)
-        rate = by[peer]["evictions_per_s"]
-        ratios[peer] = {"ratio": ratio, "agents_finished": ours is not None, "peer_finished": theirs is not None,
-                        "evictions_per_s_ratio": round(agent["evictions_per_s"] / rate, 2) if rate else None}
-    out["agents_time_to_drain_all_vs"] = ratios
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet")
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--deadline", type=float, default=120.0)
+    parser.add_argument("--cap", type=float, default=None,
+                        help="run each drainer until every node is empty or this many seconds (default 3x the deadline)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset, in this order")
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if s in args.scenarios.split(",")]
+    cap_s = args.cap if args.cap is not None else 3 * args.deadline
     binary = cached_binary()
     if not binary.exists():
         raise SystemExit(f"{binary} missing: run tests/rigs/kube_real/build.sh first")
@@ -334,15 +312,18 @@ def main(argv: list[str] | None = None) -> int:
             cache = PodCache()
             informer = PodInformer(server, cache).start()
             with ControlPlaneProcess(server) as plane:
+                meter = CpuMeter({**{n: server.pids[n] for n in ("kube-apiserver", "etcd")},
+                                  "control_plane": plane.pid}, informer.thread)
                 for name in chosen:
-                    row = run_scenario(fleet, Observer(cache, plane), SCENARIOS.index(name), name, args.deadline)
+                    row = run_scenario(fleet, Observer(cache, plane, meter), SCENARIOS.index(name), name,
+                                       args.deadline, cap_s)
                     print(line(row), flush=True)
                     rows.append(row)
             informer.stop()
             if plane.errors:
                 print(f"fake control plane: {plane.errors} unexpected answers", file=sys.stderr)
     print(json.dumps({"bench": "fleet", "nodes": args.nodes, "pods_per_node": PODS, "deadline_s": args.deadline,
-                      **headline(rows, args.deadline), "results": rows}))
+                      "cap_s": cap_s, **headline(rows), "results": rows}))
     return 0
 
 

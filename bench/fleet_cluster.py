@@ -131,17 +131,17 @@ class PodInformer:
         self.server, self.cache, self.resource = server, cache, resource
         self._stopping = threading.Event()
         self._stream: WatchStream | None = None
-        self._thread = threading.Thread(target=self._watch, name="pod-informer", daemon=True)
+        self.thread = threading.Thread(target=self._watch, name="pod-informer", daemon=True)
 
     def start(self) -> PodInformer:
-        self._thread.start()
+        self.thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
         if self._stream is not None:
             self._stream.close()
-        self._thread.join(10)
+        self.thread.join(10)
 
     def _watch(self) -> None:
         assert self.server.admin is not None
@@ -272,6 +272,10 @@ class ControlPlaneProcess:
     @property
     def requests(self) -> int:
         return int(self._requests.value)
+
+    @property
+    def pid(self) -> int:
+        return int(self._proc.pid or 0)
 
     @property
     def errors(self) -> int:
