@@ -39,7 +39,7 @@ import psutil
 from bench.drain import REPO
 from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, parallel
 from bench.fleet_peers import CentralDrainer, kubectl_drains
-from bench.fleet_report import CpuMeter, headline, line, percentile
+from bench.fleet_report import CpuMeter, ThreadRoles, headline, line, percentile
 from common.http import TlsFiles, tls_context
 from common.wire import Budget, phase_ends
 from executor.kube.api import KubeApi
@@ -214,6 +214,7 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     requests0, throttled0, cpu0, rejected0 = fleet.metrics()
     plane_requests0 = plane.requests
     cpu_before = plane.cpu.sample()
+    roles = ThreadRoles().start()   # the threads started from here on (and the observer's)
     stop_noise, noise = threading.Event(), [0]
     if name.startswith("noisy"):
         noisy(fleet, stop_noise, noise)
@@ -236,6 +237,7 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
                  "every node empty, the cap, or every agent ended")
     ended = time.time()
     cpu = plane.cpu.since(cpu_before)
+    by_role = roles.stop()
     stop_noise.set()
     for r in runners:
         r.stop()
@@ -261,6 +263,7 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
            "evictions_per_s": round(gone / window, 1) if window > 0 else None,
            "server_requests_per_node": round(server_requests / len(nodes), 1),
            "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1), "cpu_s": cpu,
+           "bench_threads_cpu_s": by_role,
            "apf_rejected": {k: int(v - rejected0.get(k, 0.0)) for k, v in rejected1.items()
                             if v - rejected0.get(k, 0.0) > 0}}
     if counts:   # the agents' own count, exact (the server's also holds the noisy loop's)

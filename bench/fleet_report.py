@@ -61,6 +61,45 @@ class CpuMeter:
                 "others_on_machine": round(max(0.0, d["machine_busy"] - counted), 1)}
 
 
+ROLES = (("drain-", "coordinators"), ("evict", "eviction_workers"), ("pod-watch", "pod_watches"),
+         ("pdb-watch", "pdb_watches"), ("pod-informer", "observer"))
+
+
+class ThreadRoles:
+    """CPU seconds of the bench process's threads by role (a drain's coordinator, its eviction
+    workers, its watches...), sampled every ``interval_s`` so that threads which end are counted
+    up to their last sample (``/proc/self/task``, through psutil)."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self._interval = interval_s
+        self._seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-roles", daemon=True)
+
+    def start(self) -> ThreadRoles:
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        for t in psutil.Process().threads():
+            role = next((r for prefix, r in ROLES if names.get(t.id, "").startswith(prefix)), "other")
+            self._seen[t.id] = (role, t.user_time + t.system_time)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join(5)
+        self._sample()
+        out: dict[str, float] = {}
+        for role, cpu in self._seen.values():
+            out[role] = out.get(role, 0.0) + cpu
+        return {k: round(v, 1) for k, v in sorted(out.items())}
+
+
 def percentile(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     if not ordered:

@@ -210,10 +210,24 @@ def _controller_uid(pod: dict[str, Any]) -> str:
     return ""
 
 
-def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
+Covering = dict[tuple[Any, ...], tuple[str, ...]]
+
+
+def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None, covering: Covering | None = None) -> Target:
+    """``covering``: PDBs by (namespace, labels), for these same ``pdbs`` (the pods of one workload
+    share their labels, so a replan matches each selector once per workload, not once per pod)."""
     md = pod.get("metadata") or {}
     key = pod_key(pod)
-    every = covering_pdbs(pod, pdbs) if pdbs is not None else ()
+    every: tuple[str, ...] = ()
+    if pdbs is not None:
+        labels = md.get("labels")
+        seen = (md.get("namespace"), tuple(sorted(labels.items())) if isinstance(labels, dict) else ())
+        if covering is None or seen not in covering:
+            every = covering_pdbs(pod, pdbs)
+            if covering is not None:
+                covering[seen] = every
+        else:
+            every = covering[seen]
     pdb = every[0] if every else ""
     if pdb:
         lane = f"pdb:{pdb}"
@@ -226,9 +240,11 @@ def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
                   pod=pod)
 
 
-def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> Plan:
-    """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read."""
-    targets = {t.uid: t for t in (target_of(p, pdbs) for p in pods_that_count(pods))}
+def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
+               covering: Covering | None = None) -> Plan:
+    """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read.
+    ``covering``: see ``target_of`` (kept by the caller for as long as ``pdbs`` stay the same)."""
+    targets = {t.uid: t for t in (target_of(p, pdbs, covering) for p in pods_that_count(pods))}
     grouped: dict[tuple[int, str], list[Target]] = {}
     for t in targets.values():
         grouped.setdefault((t.tier, t.lane), []).append(t)

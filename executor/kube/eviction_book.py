@@ -40,7 +40,7 @@ from typing import Any
 from common.wire import PhaseEnds
 from executor.kube import pacing
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
-from executor.kube.drain_plan import EMPTY_PLAN, Lane, Plan, Target, drain_plan, grace_for
+from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -103,6 +103,15 @@ class Emit:
     data: dict[str, Any]
 
 
+def _plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    """What the plan depends on: every pod's version, and every PDB's spec version (not its status)."""
+    def version(obj: dict[str, Any], field: str) -> tuple[Any, ...]:
+        md = obj.get("metadata") or {}
+        return md.get("uid"), md.get("namespace"), md.get("name"), md.get(field), md.get("deletionTimestamp")
+    return (tuple(version(p, "resourceVersion") for p in pods),
+            None if pdbs is None else tuple(version(p, "generation") for p in pdbs))
+
+
 def transition(st: PodState, answer: Answer, now: float, draw: float = 0.0) -> PodState:
     """The state after an answer to the call in flight; ``draw`` in [0, 1): the retry's jitter."""
     def rand() -> float:
@@ -146,6 +155,8 @@ class EvictionBook:
         # all until then (the pods' own retry_at say the same, this also holds back fresh pods).
         self.throttled_until = float("-inf")
         self.gate = BudgetGate()
+        self._plan_key: tuple[Any, ...] | None = None
+        self._covering: Covering = {}
         self._gated_since: dict[str, float] = {}   # lane -> since when its next pod has had no room
 
     # -- inputs -------------------------------------------------------------------------
@@ -155,7 +166,7 @@ class EvictionBook:
         a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
         moment the budget can allow the next one, sooner than the backoff would say. ``budgets``:
         the PDBs' status as watched now ("ns/name" -> status; None: not watched)."""
-        self.plan = drain_plan(pods, pdbs)
+        self._replan(pods, pdbs)
         self.gate.update(budgets, float("-inf") if now is None else now)
         freed: set[str] = set()
         for uid, st in self.states.items():
@@ -176,6 +187,13 @@ class EvictionBook:
                 self.states[uid] = st
             elif seen.phase in (PENDING, RETRY) and t.terminating:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
+
+    def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
+        key = _plan_key(pods, pdbs)
+        if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
+            if self._plan_key is None or key[1] != self._plan_key[1]:
+                self._covering = {}   # the PDBs changed: match their selectors again
+            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
         for uid, t in self.plan.targets.items():

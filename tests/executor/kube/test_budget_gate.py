@@ -126,3 +126,23 @@ def test_the_book_sends_nothing_while_closed_and_one_at_a_time_within_the_room()
     book.answer(a.uid, Answer("accepted"), 1.4)
     # Room was 1 and this drain took it: no second eviction until the status says more.
     assert book.next_actions(1.5, Inputs(), 8)[0] == []
+
+
+def test_the_plan_is_redone_when_a_pod_or_a_pdb_spec_changes_not_when_only_a_status_does():
+    pods = [pod("a"), pod("b", app="db")]
+    for p in pods:
+        p["metadata"]["resourceVersion"] = "1"
+    book = _book()
+    book.observe(pods, [pdb("web", 1)], 1.0)
+    plan = book.plan
+    book.observe(pods, [pdb("web", 0, rv="7")], 1.1)          # only the status moved
+    assert book.plan is plan
+    moved = [dict(pods[0], metadata={**pods[0]["metadata"], "resourceVersion": "2",
+                                     "deletionTimestamp": "2030-01-01T00:00:00Z"}), pods[1]]
+    book.observe(moved, [pdb("web", 0, rv="7")], 1.2)
+    assert book.plan is not plan and book.plan.targets["u-a"].terminating
+    # A PDB whose spec changed (new generation) selecting "db" too: matched again, not from memory.
+    wider = pdb("web", 0, rv="8", generation=2, observed=2)
+    wider["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
+    book.observe(moved, [wider], 1.3)
+    assert book.plan.targets["u-b"].pdbs == ("ns/web",)
