@@ -76,8 +76,9 @@ class Fleet:
         if proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args[:3])} exited {proc.returncode}: {proc.stderr[-800:]}")
 
-    def setup(self, scenarios: int) -> None:
-        every = [name for s in range(scenarios) for name in self.names(s)]
+    def setup(self, scenarios: list[int]) -> None:
+        """The nodes of the scenarios that run (each its own), namespaces, PDBs, RBAC, FlowSchema."""
+        every = [name for s in scenarios for name in self.names(s)]
         parallel(create_node, every, FILL_WORKERS, self.server.client)
         parallel(self._namespace, range(self.n), FILL_WORKERS, self.server.client)
         self.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/rbac.yaml"))
@@ -308,10 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         base = Path(tmp)
-        names = tuple(f"s{s}-{i:03d}" for s in range(len(SCENARIOS)) for i in range(args.nodes))
+        indices = [SCENARIOS.index(name) for name in chosen]
+        names = tuple(f"s{s}-{i:03d}" for s in indices for i in range(args.nodes))
         with RealApiServer(base / "real", binary, node_names=names) as server:
             fleet = Fleet(server, base, args.nodes)
-            fleet.setup(len(SCENARIOS))
+            fleet.setup(indices)
             cache = PodCache()
             informer = PodInformer(server, cache).start()
             with ControlPlaneProcess(server) as plane:
