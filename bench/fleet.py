@@ -37,14 +37,11 @@ from typing import Any
 import psutil
 
 from bench.drain import REPO
+from bench.fleet_agents import AgentGroups, Hall
 from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, parallel
 from bench.fleet_peers import CentralDrainer, kubectl_drains
 from bench.fleet_report import CpuMeter, ThreadRoles, headline, line, percentile
 from common.http import TlsFiles, tls_context
-from common.wire import Budget, phase_ends
-from executor.kube.api import KubeApi
-from executor.kube.drain_spec import DrainSpec
-from executor.kube.runner import DrainRunner
 from tests.emulators.kube_fixture import kubectl as run_kubectl
 from tests.rigs.kube_real_fixture import cached_binary
 from tests.rigs.kube_real_objects import KubeClient, create_node, create_pdb, create_running_pod, ensure_namespace
@@ -55,7 +52,6 @@ SCENARIOS = ("agents", "central", "kubectl", "noisy+fs", "noisy-fs")
 PODS, PDBS = 30, 3
 FILL_WORKERS = 16
 NOISY_LOOPS = 4
-SPREAD_S = 1.0   # the contract's default first_write_spread_ms
 _METRIC = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$', re.MULTILINE)
 _REJECTED = re.compile(r'^apiserver_flowcontrol_rejected_requests_total\{([^}]*)\} (\S+)$', re.MULTILINE)
 
@@ -138,40 +134,13 @@ class Fleet:
         cpu = psutil.Process(self.server.pids["kube-apiserver"]).cpu_times()
         return total, throttled, cpu.user + cpu.system, rejected
 
-    def agent_api(self, node: str, statuses: list[int]) -> Any:
-        """The node's agent's client factory; every answer's status goes to ``statuses`` (0: none)."""
-        server, token = self.server, self.server.nodes[node].token
-
-        def count(method: str, path: str, status: int) -> None:
-            statuses.append(status)   # list.append is atomic: the agent's threads share it
-
-        def make() -> KubeApi:
-            # taint_tls: the taint identity's own connection trusts the same CA (a shared context names no file).
-            api = KubeApi(server.url, node, token, node_token=self.taint_token, tls=self.tls, taint_tls=self.tls,
-                          timeout_s=30.0)
-            api.on_request = count
-            return api
-        return make
+    def hall(self, nodes: list[str], deadline_s: float) -> Hall:
+        return Hall(self.server.url, str(self.server.ca_file), self.taint_token,
+                    {n: self.server.nodes[n].token for n in nodes}, deadline_s)
 
 
 def server_pids(server: RealApiServer) -> list[int]:
     return [server.pids[name] for name in ("etcd", "kube-apiserver")]
-
-
-def agents(fleet: Fleet, nodes: list[str], t0: float, deadline_s: float,
-           ) -> tuple[list[DrainRunner], dict[str, list[int]]]:
-    counts: dict[str, list[int]] = {node: [] for node in nodes}
-    runners = []
-    for node in nodes:
-        spec = DrainSpec(notice_id=f"fleet-{node}", kind="reclaim", deadline=t0 + deadline_s,
-                         deadline_text="2030-01-01T00:00:00Z", received_at=t0,
-                         ends=phase_ends(t0, t0 + deadline_s, Budget(int(deadline_s), 0, int(deadline_s) - 10, 10)),
-                         taint_key="sco.io/notice", cordon_only=False, pdb_blocked="report", exclude_from_lb=False,
-                         down_after_s=10.0, write_spread_s=SPREAD_S)
-        runners.append(DrainRunner(spec, fleet.agent_api(node, counts[node]), lambda r: None))
-    for r in runners:   # every notice lands within the same second
-        r.start()
-    return runners, counts
 
 
 def noisy(fleet: Fleet, stop: threading.Event, counter: list[int]) -> list[threading.Thread]:
@@ -200,7 +169,7 @@ class Observer:
 
 
 def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_s: float,
-                 cap_s: float) -> dict[str, Any]:
+                 cap_s: float, agent_processes: int) -> dict[str, Any]:
     """One scenario: every drain starts in the same second; it runs until every node is empty or
     ``cap_s`` (the agents themselves give up 30 s past the deadline: runner.LINGER_S)."""
     nodes = fleet.names(index)
@@ -214,6 +183,9 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     plane.cache.watch_nodes(nodes)
     requests0, throttled0, cpu0, rejected0 = fleet.metrics()
     plane_requests0 = plane.requests
+    groups = None
+    if name in ("agents", "noisy+fs", "noisy-fs"):   # spawned and imported before anyone's notice
+        groups = AgentGroups(fleet.hall(nodes, deadline_s), nodes, agent_processes).prepare()
     cpu_before = plane.cpu.sample()
     roles = ThreadRoles().start()   # the threads started from here on (and the observer's)
     stop_noise, noise = threading.Event(), [0]
@@ -221,11 +193,10 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
         noisy(fleet, stop_noise, noise)
     t0 = time.time()
     stop_at = t0 + cap_s
-    runners: list[DrainRunner] = []
     counts: dict[str, list[int]] = {}
     central = None
-    if name in ("agents", "noisy+fs", "noisy-fs"):
-        runners, counts = agents(fleet, nodes, t0, deadline_s)
+    if groups is not None:
+        groups.start(t0)
     elif name == "central":
         assert fleet.server.admin is not None
         central = CentralDrainer(fleet.server.url, fleet.server.admin.token, fleet.tls, nodes, stop_at).start()
@@ -234,14 +205,14 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
                        stop_at, until=lambda: len(plane.cache.empty_at) == len(nodes))
     else:
         wait_for(lambda: len(plane.cache.empty_at) == len(nodes) or time.time() >= stop_at
-                 or (bool(runners) and not any(r.alive for r in runners)), cap_s + 30,
+                 or (groups is not None and not groups.alive()), cap_s + 30,
                  "every node empty, the cap, or every agent ended")
     ended = time.time()
-    cpu = plane.cpu.since(cpu_before)
     by_role = roles.stop()
+    if groups is not None:   # stopped and reaped before the CPU is read: theirs is the bench's children's
+        counts, by_role = groups.stop()
+    cpu = plane.cpu.since(cpu_before)
     stop_noise.set()
-    for r in runners:
-        r.stop()
     if central is not None:
         central.stop()
     requests1, throttled1, cpu1, rejected1 = fleet.metrics()
@@ -264,7 +235,7 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
            "evictions_per_s": round(gone / window, 1) if window > 0 else None,
            "server_requests_per_node": round(server_requests / len(nodes), 1),
            "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1), "cpu_s": cpu,
-           "bench_threads_cpu_s": by_role,
+           "drainer_threads_cpu_s": by_role,
            "apf_rejected": {k: int(v - rejected0.get(k, 0.0)) for k, v in rejected1.items()
                             if v - rejected0.get(k, 0.0) > 0}}
     if counts:   # the agents' own count, exact (the server's also holds the noisy loop's)
@@ -299,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=120.0)
     parser.add_argument("--cap", type=float, default=None,
                         help="run each drainer until every node is empty or this many seconds (default 3x the deadline)")
+    parser.add_argument("--agent-processes", type=int, default=1,
+                        help="worker processes the agents are spread over (bench/fleet_agents.py); 4 measured no "
+                             "better than 1 at 200 nodes: more drainer CPU and more requests per node")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset, in this order")
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if s in args.scenarios.split(",")]
@@ -321,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "control_plane": plane.pid}, informer.thread)
                 for name in chosen:
                     row = run_scenario(fleet, Observer(cache, plane, meter), SCENARIOS.index(name), name,
-                                       args.deadline, cap_s)
+                                       args.deadline, cap_s, args.agent_processes)
                     print(line(row), flush=True)
                     rows.append(row)
             informer.stop()

@@ -4,8 +4,8 @@
   says where the two cores went before anyone optimises: the API server and etcd; the fake
   control plane (kubelets + disruption controller, a process of its own); in the bench's own
   process the observer's watch thread and, the rest of that process, the drainers (the agents'
-  drain code, or the central drainer, or the noisy loop); the ``kubectl`` processes (reaped
-  children); and the whole machine's busy time against its capacity (cores x wall time), whose
+  drain code, or the central drainer, or the noisy loop); the drainers' processes (reaped
+  children: the agents' workers, bench/fleet_agents.py, or the ``kubectl`` processes); and the whole machine's busy time against its capacity (cores x wall time), whose
   remainder is everyone else's (other sessions on a shared box).
 - ``headline``: the share on time for each scenario, and each peer's time to drain every node
   against the agents'. Every drainer runs until all nodes are empty or the cap; a drainer that
@@ -40,7 +40,8 @@ class CpuMeter:
         out = {name: _cpu(p) for name, p in self._procs.items()}
         mine = self._me.cpu_times()
         out["bench_process"] = mine.user + mine.system
-        out["kubectl_processes"] = mine.children_user + mine.children_system   # reaped children only
+        # Reaped children only: the agents' worker processes, or the kubectl processes.
+        out["drainer_processes"] = mine.children_user + mine.children_system
         threads = {t.id: t.user_time + t.system_time for t in self._me.threads()}
         out["observer"] = threads.get(self._observer.native_id or -1, 0.0)
         machine = psutil.cpu_times()
@@ -117,7 +118,7 @@ def line(row: dict[str, Any]) -> str:
             f"{row.get('agent_requests_per_node', row['server_requests_per_node'])} req/node  "
             f"429s {row['http_429']}  CPU s: apiserver {cpu.get('kube-apiserver')} etcd {cpu.get('etcd')} "
             f"plane {cpu.get('control_plane')} drainers {cpu.get('drainers_in_bench')} "
-            f"observer {cpu.get('observer')} kubectl {cpu.get('kubectl_processes')} "
+            f"observer {cpu.get('observer')} drainer processes {cpu.get('drainer_processes')} "
             f"machine {cpu.get('machine_busy')}/{cpu.get('machine_capacity')} (others {cpu.get('others_on_machine')})")
 
 
