@@ -91,6 +91,14 @@ def down_after(evict_s: float) -> float:
     return max(0.5, min(DOWN_AFTER_MAX_S, evict_s / 4))
 
 
+def next_turn(now: float, idle_s: float, ends: PhaseEnds, linger_until: float) -> float:
+    """When the drain plans again at the latest if nothing wakes it: ``idle_s`` from now, or the
+    next phase end before that (time alone moves the book only there). The watches wake it on
+    every change; replanning every 0.25 s regardless was most of an idle agent's CPU."""
+    ends_ahead = [t for t in (ends.checkpoint_by, ends.evict_at, ends.cutoff, linger_until) if t > now]
+    return min([now + idle_s, *ends_ahead])
+
+
 def fallback_due(*, down: bool, allowed: bool, dry_run: bool, done: bool, now: float, at: float) -> bool:
     """Go around the API server now? Only when it is down, the contract lets this notice's kind
     do it, this is no dry run, it has not been done for this notice, and it is as late as still

@@ -41,7 +41,7 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
-from executor.kube.drain_plan import ApiHealth, fallback_due
+from executor.kube.drain_plan import ApiHealth, fallback_due, next_turn
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
@@ -51,9 +51,7 @@ from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remain
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-# Watches (and new inputs) wake the drain on every change; with none, it replans this often (no
-# request), and at each phase end. (0.25 s before: idle replans were most of an agent's CPU.)
-IDLE_TURN_S = 1.0
+IDLE_TURN_S = 1.0   # with no change (watches and new inputs wake the drain), replan this often
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
@@ -112,6 +110,7 @@ class DrainRunner:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
     # -- reporting ------------------------------------------------------------------------
     def _report(self, r: Report) -> None:
         self._report_fn(r)
@@ -227,7 +226,7 @@ class DrainRunner:
                     last_remaining = None   # said what went wrong meanwhile: say what is left again
                     continue
                 if sight.pods is None:   # the first list is not in yet
-                    self._exchange(book, pool, self._turn_until(now))
+                    self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
                     continue
                 book.observe(sight.pods, sight.pdbs, now, sight.budgets)
                 remaining = book.remaining()
@@ -239,16 +238,10 @@ class DrainRunner:
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
-                self._exchange(book, pool, self._turn_until(now))
+                self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
         finally:
             listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
-
-    def _turn_until(self, now: float) -> float:
-        """The next turn at the latest: IDLE_TURN_S from now, or the next phase end before that."""
-        ends = self.spec.ends
-        bounds = [t for t in (ends.checkpoint_by, ends.evict_at, ends.cutoff, self.spec.deadline + LINGER_S) if t > now]
-        return min([now + IDLE_TURN_S, *bounds])
 
     def _look(self, listing: NodeListing, api: KubeApi, now: float) -> Sight | None:
         """The node as the listing sees it now, or None (after the wait) if it could not say."""
