@@ -67,11 +67,13 @@ ROLES = (("drain-", "coordinators"), ("evict", "eviction_workers"), ("pod-watch"
 
 
 class ThreadRoles:
-    """CPU seconds of the bench process's threads by role (a drain's coordinator, its eviction
-    workers, its watches...), sampled every ``interval_s`` so that threads which end are counted
-    up to their last sample (``/proc/self/task``, through psutil)."""
+    """CPU seconds of a process's threads by role (a drain's coordinator, its eviction workers,
+    its watches...), sampled every ``interval_s`` so that threads which end are counted up to
+    their last sample (``/proc/self/task``, through psutil). A sample of 3,000 threads costs
+    ~76 ms of CPU (measured), so not more often than every 5 s: a thread's last seconds before it
+    ends may go uncounted, which this breakdown (not the process totals) can afford."""
 
-    def __init__(self, interval_s: float = 1.0) -> None:
+    def __init__(self, interval_s: float = 5.0) -> None:
         self._interval = interval_s
         self._seen: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
