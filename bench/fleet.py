@@ -37,13 +37,11 @@ from typing import Any
 import psutil
 
 from bench.drain import REPO
+from bench.fleet_agents import AgentGroups, Hall
 from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, parallel
 from bench.fleet_peers import CentralDrainer, kubectl_drains
+from bench.fleet_report import CpuMeter, ThreadRoles, headline, line, percentile
 from common.http import TlsFiles, tls_context
-from common.wire import Budget, phase_ends
-from executor.kube.api import KubeApi
-from executor.kube.drain_spec import DrainSpec
-from executor.kube.runner import DrainRunner
 from tests.emulators.kube_fixture import kubectl as run_kubectl
 from tests.rigs.kube_real_fixture import cached_binary
 from tests.rigs.kube_real_objects import KubeClient, create_node, create_pdb, create_running_pod, ensure_namespace
@@ -54,7 +52,6 @@ SCENARIOS = ("agents", "central", "kubectl", "noisy+fs", "noisy-fs")
 PODS, PDBS = 30, 3
 FILL_WORKERS = 16
 NOISY_LOOPS = 4
-SPREAD_S = 1.0   # the contract's default first_write_spread_ms
 _METRIC = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$', re.MULTILINE)
 _REJECTED = re.compile(r'^apiserver_flowcontrol_rejected_requests_total\{([^}]*)\} (\S+)$', re.MULTILINE)
 
@@ -75,8 +72,9 @@ class Fleet:
         if proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args[:3])} exited {proc.returncode}: {proc.stderr[-800:]}")
 
-    def setup(self, scenarios: int) -> None:
-        every = [name for s in range(scenarios) for name in self.names(s)]
+    def setup(self, scenarios: list[int]) -> None:
+        """The nodes of the scenarios that run (each its own), namespaces, PDBs, RBAC, FlowSchema."""
+        every = [name for s in scenarios for name in self.names(s)]
         parallel(create_node, every, FILL_WORKERS, self.server.client)
         parallel(self._namespace, range(self.n), FILL_WORKERS, self.server.client)
         self.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/rbac.yaml"))
@@ -136,38 +134,13 @@ class Fleet:
         cpu = psutil.Process(self.server.pids["kube-apiserver"]).cpu_times()
         return total, throttled, cpu.user + cpu.system, rejected
 
-    def agent_api(self, node: str, statuses: list[int]) -> Any:
-        """The node's agent's client factory; every answer's status goes to ``statuses`` (0: none)."""
-        server, token = self.server, self.server.nodes[node].token
-
-        def count(method: str, path: str, status: int) -> None:
-            statuses.append(status)   # list.append is atomic: the agent's threads share it
-
-        def make() -> KubeApi:
-            api = KubeApi(server.url, node, token, node_token=self.taint_token, tls=self.tls, timeout_s=30.0)
-            api.on_request = count
-            return api
-        return make
+    def hall(self, nodes: list[str], deadline_s: float) -> Hall:
+        return Hall(self.server.url, str(self.server.ca_file), self.taint_token,
+                    {n: self.server.nodes[n].token for n in nodes}, deadline_s)
 
 
 def server_pids(server: RealApiServer) -> list[int]:
     return [server.pids[name] for name in ("etcd", "kube-apiserver")]
-
-
-def agents(fleet: Fleet, nodes: list[str], t0: float, deadline_s: float,
-           ) -> tuple[list[DrainRunner], dict[str, list[int]]]:
-    counts: dict[str, list[int]] = {node: [] for node in nodes}
-    runners = []
-    for node in nodes:
-        spec = DrainSpec(notice_id=f"fleet-{node}", kind="reclaim", deadline=t0 + deadline_s,
-                         deadline_text="2030-01-01T00:00:00Z", received_at=t0,
-                         ends=phase_ends(t0, t0 + deadline_s, Budget(int(deadline_s), 0, int(deadline_s) - 10, 10)),
-                         taint_key="sco.io/notice", cordon_only=False, pdb_blocked="report", exclude_from_lb=False,
-                         down_after_s=10.0, write_spread_s=SPREAD_S)
-        runners.append(DrainRunner(spec, fleet.agent_api(node, counts[node]), lambda r: None))
-    for r in runners:   # every notice lands within the same second
-        r.start()
-    return runners, counts
 
 
 def noisy(fleet: Fleet, stop: threading.Event, counter: list[int]) -> list[threading.Thread]:
@@ -183,27 +156,22 @@ def noisy(fleet: Fleet, stop: threading.Event, counter: list[int]) -> list[threa
     return threads
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    v = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-    return None if v == float("inf") else round(v, 2)
-
-
 class Observer:
     """The bench's eyes: a watch of every pod (PodInformer) in this process; ``requests`` is the
-    control plane's count, read from its own process."""
+    control plane's count, read from its own process; ``cpu`` meters every part of the run."""
 
-    def __init__(self, cache: PodCache, plane: ControlPlaneProcess) -> None:
-        self.cache, self._plane = cache, plane
+    def __init__(self, cache: PodCache, plane: ControlPlaneProcess, cpu: CpuMeter) -> None:
+        self.cache, self._plane, self.cpu = cache, plane, cpu
 
     @property
     def requests(self) -> int:
         return self._plane.requests
 
 
-def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_s: float) -> dict[str, Any]:
+def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_s: float,
+                 cap_s: float, agent_processes: int) -> dict[str, Any]:
+    """One scenario: every drain starts in the same second; it runs until every node is empty or
+    ``cap_s`` (the agents themselves give up 30 s past the deadline: runner.LINGER_S)."""
     nodes = fleet.names(index)
     t_fill = time.time()
     fleet.fill(index)
@@ -215,29 +183,36 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     plane.cache.watch_nodes(nodes)
     requests0, throttled0, cpu0, rejected0 = fleet.metrics()
     plane_requests0 = plane.requests
+    groups = None
+    if name in ("agents", "noisy+fs", "noisy-fs"):   # spawned and imported before anyone's notice
+        groups = AgentGroups(fleet.hall(nodes, deadline_s), nodes, agent_processes).prepare()
+    cpu_before = plane.cpu.sample()
+    roles = ThreadRoles().start()   # the threads started from here on (and the observer's)
     stop_noise, noise = threading.Event(), [0]
     if name.startswith("noisy"):
         noisy(fleet, stop_noise, noise)
     t0 = time.time()
-    stop_at = t0 + deadline_s
-    runners: list[DrainRunner] = []
+    stop_at = t0 + cap_s
     counts: dict[str, list[int]] = {}
     central = None
-    if name in ("agents", "noisy+fs", "noisy-fs"):
-        runners, counts = agents(fleet, nodes, t0, deadline_s)
+    if groups is not None:
+        groups.start(t0)
     elif name == "central":
         assert fleet.server.admin is not None
         central = CentralDrainer(fleet.server.url, fleet.server.admin.token, fleet.tls, nodes, stop_at).start()
     if name == "kubectl":
-        kubectl_drains(nodes, lambda n: fleet.server.nodes[n].kubeconfig, fleet.cache_dir, int(deadline_s),
+        kubectl_drains(nodes, lambda n: fleet.server.nodes[n].kubeconfig, fleet.cache_dir, int(cap_s),
                        stop_at, until=lambda: len(plane.cache.empty_at) == len(nodes))
     else:
-        wait_for(lambda: len(plane.cache.empty_at) == len(nodes) or time.time() >= stop_at, deadline_s + 30,
-                 "every node empty or the deadline")
+        wait_for(lambda: len(plane.cache.empty_at) == len(nodes) or time.time() >= stop_at
+                 or (groups is not None and not groups.alive()), cap_s + 30,
+                 "every node empty, the cap, or every agent ended")
     ended = time.time()
+    by_role = roles.stop()
+    if groups is not None:   # stopped and reaped before the CPU is read: theirs is the bench's children's
+        counts, by_role = groups.stop()
+    cpu = plane.cpu.since(cpu_before)
     stop_noise.set()
-    for r in runners:
-        r.stop()
     if central is not None:
         central.stop()
     requests1, throttled1, cpu1, rejected1 = fleet.metrics()
@@ -247,15 +222,20 @@ def run_scenario(fleet: Fleet, plane: Observer, index: int, name: str, deadline_
     gone = sum(PODS - plane.cache.count(n) for n in nodes)
     drain_all = max(times) if len(empty) == len(nodes) else None
     window = drain_all if drain_all is not None else ended - t0
+    # Until every node is empty, or until the drainer stopped (cap, or the agents gave up).
+    ran_s = round(drain_all if drain_all is not None else ended - t0, 2)
     # The server's count, less what the control plane, the noisy loop and the two scrapes sent.
     server_requests = requests1 - requests0 - (plane.requests - plane_requests0) - noise[0] - 1
     row = {"scenario": name, "nodes": len(nodes), "pods": len(nodes) * PODS, "fill_s": round(fill_s, 1),
            "share_on_time": round(on_time / len(nodes), 4),
            "p50_s": percentile(times, 0.50), "p99_s": percentile(times, 0.99),
            "time_to_drain_all_s": None if drain_all is None else round(drain_all, 2),
+           "finished": drain_all is not None, "ran_s": ran_s, "cap_s": cap_s,
+           "empty_by_end": len(empty),
            "evictions_per_s": round(gone / window, 1) if window > 0 else None,
            "server_requests_per_node": round(server_requests / len(nodes), 1),
-           "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1),
+           "http_429": int(throttled1 - throttled0), "apiserver_cpu_s": round(cpu1 - cpu0, 1), "cpu_s": cpu,
+           "drainer_threads_cpu_s": by_role,
            "apf_rejected": {k: int(v - rejected0.get(k, 0.0)) for k, v in rejected1.items()
                             if v - rejected0.get(k, 0.0) > 0}}
     if counts:   # the agents' own count, exact (the server's also holds the noisy loop's)
@@ -284,65 +264,45 @@ def clean(fleet: Fleet, plane: Observer, index: int) -> None:
     wait_for(lambda: all(plane.cache.count(n) == 0 for n in nodes), 600, "leftover pods gone")
 
 
-def line(row: dict[str, Any]) -> str:
-    return (f"{row['scenario']:>9}: on time {row['share_on_time'] * 100:5.1f} %  p50 {row['p50_s']} s  "
-            f"p99 {row['p99_s']} s  all {row['time_to_drain_all_s']} s  {row['evictions_per_s']} evictions/s  "
-            f"{row.get('agent_requests_per_node', row['server_requests_per_node'])} req/node  429s {row['http_429']}  apiserver CPU {row['apiserver_cpu_s']} s")
-
-
-def headline(rows: list[dict[str, Any]], deadline_s: float) -> dict[str, Any]:
-    """Share on time for each; the agents' time-to-drain-all against each peer's. A drain that did
-    not finish counts at the deadline, so the ratio is then a bound (``*_finished`` says which);
-    with neither finished there is no ratio, and the eviction rates compare instead."""
-    by = {r["scenario"]: r for r in rows}
-    out: dict[str, Any] = {"share_on_time": {k: r["share_on_time"] for k, r in by.items()}}
-    if "agents" not in by:
-        return out
-    agent = by["agents"]
-    ratios: dict[str, Any] = {}
-    for peer in ("central", "kubectl", "noisy+fs", "noisy-fs"):
-        if peer not in by:
-            continue
-        ours, theirs = agent["time_to_drain_all_s"], by[peer]["time_to_drain_all_s"]
-        ratio = None
-        if ours is not None or theirs is not None:
-            ratio = round((ours if ours is not None else deadline_s) / (theirs if theirs is not None else deadline_s), 4)
-        rate = by[peer]["evictions_per_s"]
-        ratios[peer] = {"ratio": ratio, "agents_finished": ours is not None, "peer_finished": theirs is not None,
-                        "evictions_per_s_ratio": round(agent["evictions_per_s"] / rate, 2) if rate else None}
-    out["agents_time_to_drain_all_vs"] = ratios
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet")
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--deadline", type=float, default=120.0)
+    parser.add_argument("--cap", type=float, default=None,
+                        help="run each drainer until every node is empty or this many seconds (default 3x the deadline)")
+    parser.add_argument("--agent-processes", type=int, default=1,
+                        help="worker processes the agents are spread over (bench/fleet_agents.py); 4 measured no "
+                             "better than 1 at 200 nodes: more drainer CPU and more requests per node")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset, in this order")
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if s in args.scenarios.split(",")]
+    cap_s = args.cap if args.cap is not None else 3 * args.deadline
     binary = cached_binary()
     if not binary.exists():
         raise SystemExit(f"{binary} missing: run tests/rigs/kube_real/build.sh first")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         base = Path(tmp)
-        names = tuple(f"s{s}-{i:03d}" for s in range(len(SCENARIOS)) for i in range(args.nodes))
+        indices = [SCENARIOS.index(name) for name in chosen]
+        names = tuple(f"s{s}-{i:03d}" for s in indices for i in range(args.nodes))
         with RealApiServer(base / "real", binary, node_names=names) as server:
             fleet = Fleet(server, base, args.nodes)
-            fleet.setup(len(SCENARIOS))
+            fleet.setup(indices)
             cache = PodCache()
             informer = PodInformer(server, cache).start()
             with ControlPlaneProcess(server) as plane:
+                meter = CpuMeter({**{n: server.pids[n] for n in ("kube-apiserver", "etcd")},
+                                  "control_plane": plane.pid}, informer.thread)
                 for name in chosen:
-                    row = run_scenario(fleet, Observer(cache, plane), SCENARIOS.index(name), name, args.deadline)
+                    row = run_scenario(fleet, Observer(cache, plane, meter), SCENARIOS.index(name), name,
+                                       args.deadline, cap_s, args.agent_processes)
                     print(line(row), flush=True)
                     rows.append(row)
             informer.stop()
             if plane.errors:
                 print(f"fake control plane: {plane.errors} unexpected answers", file=sys.stderr)
     print(json.dumps({"bench": "fleet", "nodes": args.nodes, "pods_per_node": PODS, "deadline_s": args.deadline,
-                      **headline(rows, args.deadline), "results": rows}))
+                      "cap_s": cap_s, **headline(rows), "results": rows}))
     return 0
 
 

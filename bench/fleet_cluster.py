@@ -23,7 +23,7 @@ from typing import Any, Self
 
 import ujson
 
-from common.http import HttpClient, TlsFiles
+from common.http import HttpClient, HttpError, TlsFiles
 from executor.kube.watch_stream import WatchStream
 from tests.rigs.kube_real_objects import FakeControlPlane, KubeClient, pdb_status, pods_to_finish
 from tests.rigs.kube_real_rig import RealApiServer
@@ -45,21 +45,31 @@ class PodCache:
         self.empty_at: dict[str, float] = {}   # node -> when its last pod went (watched nodes only)
         self.watched: set[str] = set()
         self.changed = threading.Event()
+        # What the control plane's turn needs, kept as the events come (an informer's indexes),
+        # not found by scanning every pod in the cluster ten times a second.
+        self.terminating: dict[str, Obj] = {}           # uid -> pod with a deletionTimestamp
+        self.by_ns: dict[str, dict[str, Obj]] = {}      # namespace -> uid -> pod
 
     def reset(self, items: list[Obj]) -> None:
         with self.lock:
             self.pods.clear()
             self.per_node.clear()
+            self.terminating.clear()
+            self.by_ns.clear()
             for pod in items:
                 self._put(pod)
 
     def _put(self, pod: Obj) -> None:
-        uid = pod["metadata"]["uid"]
+        md = pod["metadata"]
+        uid = md["uid"]
         if uid not in self.pods:
             node = (pod.get("spec") or {}).get("nodeName") or ""
             self.per_node[node] = self.per_node.get(node, 0) + 1
         self.pods[uid] = pod
-        self.dirty.add(pod["metadata"]["namespace"])
+        self.by_ns.setdefault(md["namespace"], {})[uid] = pod
+        if md.get("deletionTimestamp"):
+            self.terminating[uid] = pod
+        self.dirty.add(md["namespace"])
 
     def apply(self, event: Obj, now: float) -> None:
         pod = event["object"]
@@ -67,6 +77,8 @@ class PodCache:
             if event["type"] in ("ADDED", "MODIFIED"):
                 self._put(pod)
             elif event["type"] == "DELETED" and self.pods.pop(pod["metadata"]["uid"], None) is not None:
+                self.terminating.pop(pod["metadata"]["uid"], None)
+                self.by_ns.get(pod["metadata"]["namespace"], {}).pop(pod["metadata"]["uid"], None)
                 node = (pod.get("spec") or {}).get("nodeName") or ""
                 left = self.per_node[node] = self.per_node.get(node, 1) - 1
                 self.dirty.add(pod["metadata"]["namespace"])
@@ -84,9 +96,14 @@ class PodCache:
             return self.per_node.get(node, 0)
 
     def take(self) -> tuple[list[Obj], set[str]]:
+        """(the terminating pods, the namespaces whose pods changed since the last take)."""
         with self.lock:
             dirty, self.dirty = self.dirty, set()
-            return list(self.pods.values()), dirty
+            return list(self.terminating.values()), dirty
+
+    def in_namespaces(self, namespaces: Iterable[str]) -> dict[str, list[Obj]]:
+        with self.lock:
+            return {ns: list(self.by_ns.get(ns, {}).values()) for ns in namespaces}
 
 
 class PdbCache:
@@ -131,17 +148,17 @@ class PodInformer:
         self.server, self.cache, self.resource = server, cache, resource
         self._stopping = threading.Event()
         self._stream: WatchStream | None = None
-        self._thread = threading.Thread(target=self._watch, name="pod-informer", daemon=True)
+        self.thread = threading.Thread(target=self._watch, name="pod-informer", daemon=True)
 
     def start(self) -> PodInformer:
-        self._thread.start()
+        self.thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
         if self._stream is not None:
             self._stream.close()
-        self._thread.join(10)
+        self.thread.join(10)
 
     def _watch(self) -> None:
         assert self.server.admin is not None
@@ -172,6 +189,39 @@ class PodInformer:
                 stream.close()
 
 
+class _Answer:
+    """What ``FakeControlPlane._finish`` / ``_put_status`` read of an answer (as of requests')."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status_code, self.ok, self._body = status, 200 <= status < 400, body
+
+    @property
+    def text(self) -> str:
+        return self._body.decode("utf-8", "replace")
+
+
+class LightClient:
+    """``KubeClient.request`` over the stdlib client (``common.http``: http.client, keep-alive) and
+    ujson: the kubelets' DELETEs and the controller's status PUTs cost the harness a fraction of
+    what ``requests`` does (real ones speak client-go, cheaper still). Not thread-safe."""
+
+    def __init__(self, server: RealApiServer) -> None:
+        assert server.admin is not None
+        self._http = HttpClient(server.url, timeout_s=30.0, max_body=16 << 20,
+                                tls=TlsFiles(ca_file=str(server.ca_file)))
+        self._headers = {"Authorization": f"Bearer {server.admin.token}", "Accept": "application/json"}
+
+    def request(self, method: str, path: str, body: Obj | None = None, **_: Any) -> _Answer:
+        headers, data = dict(self._headers), None
+        if body is not None:
+            data, headers["Content-Type"] = ujson.dumps(body).encode(), "application/json"
+        try:
+            resp = self._http.request(method, path, headers=headers, body=data)
+        except HttpError as e:
+            return _Answer(0, str(e).encode())
+        return _Answer(resp.status, resp.body)
+
+
 class FleetControlPlane(FakeControlPlane):
     """The tier's fake kubelet + disruption controller, informer-style (see the module doc)."""
 
@@ -181,7 +231,7 @@ class FleetControlPlane(FakeControlPlane):
         self.cache = PodCache()
         self.requests = 0      # what the control plane itself sent (subtracted from the server's count)
         self._kubelets = ThreadPoolExecutor(max_workers=KUBELETS, thread_name_prefix="kubelet")
-        self._disruption = ThreadPoolExecutor(max_workers=DISRUPTION_WORKERS, thread_name_prefix="disruption")
+        self._disruption_pool = ThreadPoolExecutor(max_workers=DISRUPTION_WORKERS, thread_name_prefix="disruption")
         self._local = threading.local()
         self._finishing: set[str] = set()
         self.pdbs = PdbCache()
@@ -199,32 +249,28 @@ class FleetControlPlane(FakeControlPlane):
             informer.stop()
         super().stop()
         self._kubelets.shutdown(wait=True, cancel_futures=True)
-        self._disruption.shutdown(wait=True, cancel_futures=True)
+        self._disruption_pool.shutdown(wait=True, cancel_futures=True)
 
     # -- one turn ------------------------------------------------------------------------------
     def step(self, client: KubeClient) -> None:
-        pods, dirty = self.cache.take()
-        for pod in pods_to_finish(pods):
+        terminating, dirty = self.cache.take()
+        for pod in pods_to_finish(terminating):
             self._kubelets.submit(self._finish_once, pod)
         todo = self.pdbs.take(dirty)
         if not todo:
             return
-        by_ns: dict[str, list[Obj]] = {}
-        for pod in pods:
-            ns = pod["metadata"]["namespace"]
-            if ns in todo:
-                by_ns.setdefault(ns, []).append(pod)
+        by_ns = self.cache.in_namespaces(todo)
         # From the informers' caches, as the real controller does; a PUT on a stale PDB gets 409,
         # and the watch brings the new version, which dirties the namespace again.
         puts = [(pdb, status) for ns, pdbs in todo.items() for pdb in pdbs
                 if (status := pdb_status(pdb, by_ns.get(ns, []))) != pdb.get("status")]
-        for future in [self._disruption.submit(self._put_one, pdb, status) for pdb, status in puts]:
+        for future in [self._disruption_pool.submit(self._put_one, pdb, status) for pdb, status in puts]:
             future.result()
 
     def _client(self) -> KubeClient:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = self.server.client()
+            client = self._local.client = LightClient(self.server)
         return client
 
     def _put_one(self, pdb: Obj, status: Obj) -> None:
@@ -272,6 +318,10 @@ class ControlPlaneProcess:
     @property
     def requests(self) -> int:
         return int(self._requests.value)
+
+    @property
+    def pid(self) -> int:
+        return int(self._proc.pid or 0)
 
     @property
     def errors(self) -> int:

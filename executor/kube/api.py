@@ -235,8 +235,11 @@ class KubeApi:
         until the server ends the watch (``timeoutSeconds``) or ``stop_watch``. Raises Unreachable,
         KubeError (a Throttled 429, a 410 as an ERROR event is yielded, not raised)."""
         selector = quote(f"spec.nodeName={self.node}")
-        path = (f"/api/v1/pods?watch=1&fieldSelector={selector}&resourceVersion={quote(resource_version)}"
-                f"&timeoutSeconds={int(timeout_s)}&allowWatchBookmarks=true")
+        return self._watch_path(f"/api/v1/pods?watch=1&fieldSelector={selector}", resource_version, timeout_s)
+
+    def _watch_path(self, path: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        path += (f"&resourceVersion={quote(resource_version)}&timeoutSeconds={int(timeout_s)}"
+                 "&allowWatchBookmarks=true")
         stream = self._watch = WatchStream(self.http, path, self.headers, read_timeout_s=timeout_s + 15.0)
         try:
             try:
@@ -265,23 +268,32 @@ class KubeApi:
             stream.close()
 
     def list_pdbs(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
-        """The PodDisruptionBudgets of these namespaces only (those of the node's pods), 100 a page
-        (for planning only; the server enforces them). KubeError 403 when the identity may not
-        read them: the plan then guesses from pod owners."""
+        """The PodDisruptionBudgets of these namespaces only (those of the node's pods), 100 a page.
+        KubeError 403 when the identity may not read them: the plan then guesses from pod owners."""
+        return [p for ns in sorted(set(namespaces)) for p in self.list_pdbs_at(ns)[0]]
+
+    def list_pdbs_at(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
+        """One namespace's PodDisruptionBudgets, 100 a page, and the list's resourceVersion (to
+        watch their status from: ``watch_pdbs``)."""
         version = self.eviction_version() or "v1"
         out: list[dict[str, Any]] = []
-        for ns in sorted(set(namespaces)):
-            cont = ""
-            while True:
-                path = f"/apis/policy/{version}/namespaces/{quote(ns)}/poddisruptionbudgets?limit=100"
-                if cont:
-                    path += f"&continue={quote(cont)}"
-                doc = self._call("GET", path)
-                out.extend(p for p in doc.get("items") or [] if isinstance(p, dict))
-                cont = (doc.get("metadata") or {}).get("continue") or ""
-                if not cont:
-                    break
-        return out
+        cont = ""
+        while True:
+            path = f"/apis/policy/{version}/namespaces/{quote(namespace)}/poddisruptionbudgets?limit=100"
+            if cont:
+                path += f"&continue={quote(cont)}"
+            doc = self._call("GET", path)
+            out.extend(p for p in doc.get("items") or [] if isinstance(p, dict))
+            meta = doc.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                return out, str(meta.get("resourceVersion") or "")
+
+    def watch_pdbs(self, namespace: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """The watch events of one namespace's PodDisruptionBudgets (as ``watch_pods``)."""
+        version = self.eviction_version() or "v1"
+        return self._watch_path(f"/apis/policy/{version}/namespaces/{quote(namespace)}/poddisruptionbudgets?watch=1",
+                                resource_version, timeout_s)
 
     def eviction_version(self) -> str | None:
         """The policy/* version of the Eviction subresource, from discovery of /api/v1 (as kubectl

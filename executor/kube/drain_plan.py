@@ -49,6 +49,7 @@ class Target:
     priority: int
     lane: str            # "pdb:ns/name" | "owner:uid" | "pod:ns/name"
     pdb: str             # "ns/name" of the PDB the plan believes covers it, "" if none or unknown
+    pdbs: tuple[str, ...]   # every PDB selecting it ("ns/name"; more than one: the server answers 500)
     grace_s: int         # the pod's own terminationGracePeriodSeconds
     terminating: bool    # already being deleted (by us earlier, or by anyone)
     pod: dict[str, Any] = field(compare=False, repr=False)
@@ -88,6 +89,14 @@ def down_after(evict_s: float) -> float:
     """How long the API server may stay silent before the drain goes around it: at most a quarter
     of the contract's evict phase (so the fallback still has most of it), never over 10 s."""
     return max(0.5, min(DOWN_AFTER_MAX_S, evict_s / 4))
+
+
+def next_turn(now: float, idle_s: float, ends: PhaseEnds, linger_until: float) -> float:
+    """When the drain plans again at the latest if nothing wakes it: ``idle_s`` from now, or the
+    next phase end before that (time alone moves the book only there). The watches wake it on
+    every change; replanning every 0.25 s regardless was most of an idle agent's CPU."""
+    ends_ahead = [t for t in (ends.checkpoint_by, ends.evict_at, ends.cutoff, linger_until) if t > now]
+    return min([now + idle_s, *ends_ahead])
 
 
 def fallback_due(*, down: bool, allowed: bool, dry_run: bool, done: bool, now: float, at: float) -> bool:
@@ -186,15 +195,20 @@ def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
                for e in selector.get("matchExpressions") or [])
 
 
-def covering_pdb(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> str:
-    """ "ns/name" of the first (by name) PDB selecting the pod, or "". (More than one: the server
-    refuses the eviction with 500, and the pod ends up escalated at the cutoff.)"""
+def covering_pdbs(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """ "ns/name" of every PDB selecting the pod, by name. (More than one: the server refuses the
+    eviction with 500, and the pod ends up escalated at the cutoff.)"""
     md = pod.get("metadata") or {}
     ns, labels = md.get("namespace"), md.get("labels") or {}
     names = sorted(str((p.get("metadata") or {}).get("name")) for p in pdbs
                    if (p.get("metadata") or {}).get("namespace") == ns
                    and selector_matches((p.get("spec") or {}).get("selector"), labels))
-    return f"{ns}/{names[0]}" if names else ""
+    return tuple(f"{ns}/{name}" for name in names)
+
+
+def covering_pdb(pod: dict[str, Any], pdbs: list[dict[str, Any]]) -> str:
+    """ "ns/name" of the first (by name) PDB selecting the pod, or "" (``covering_pdbs``)."""
+    return (covering_pdbs(pod, pdbs) or ("",))[0]
 
 
 def _controller_uid(pod: dict[str, Any]) -> str:
@@ -204,10 +218,25 @@ def _controller_uid(pod: dict[str, Any]) -> str:
     return ""
 
 
-def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
+Covering = dict[tuple[Any, ...], tuple[str, ...]]
+
+
+def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None, covering: Covering | None = None) -> Target:
+    """``covering``: PDBs by (namespace, labels), for these same ``pdbs`` (the pods of one workload
+    share their labels, so a replan matches each selector once per workload, not once per pod)."""
     md = pod.get("metadata") or {}
     key = pod_key(pod)
-    pdb = covering_pdb(pod, pdbs) if pdbs is not None else ""
+    every: tuple[str, ...] = ()
+    if pdbs is not None:
+        labels = md.get("labels")
+        seen = (md.get("namespace"), tuple(sorted(labels.items())) if isinstance(labels, dict) else ())
+        if covering is None or seen not in covering:
+            every = covering_pdbs(pod, pdbs)
+            if covering is not None:
+                covering[seen] = every
+        else:
+            every = covering[seen]
+    pdb = every[0] if every else ""
     if pdb:
         lane = f"pdb:{pdb}"
     elif pdbs is None and _controller_uid(pod):
@@ -215,13 +244,15 @@ def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None) -> Target:
     else:
         lane = f"pod:{key}"
     return Target(uid=str(md.get("uid") or key), key=key, tier=tier_of(pod), priority=priority_of(pod),
-                  lane=lane, pdb=pdb, grace_s=own_grace(pod), terminating=bool(md.get("deletionTimestamp")),
+                  lane=lane, pdb=pdb, pdbs=every, grace_s=own_grace(pod), terminating=bool(md.get("deletionTimestamp")),
                   pod=pod)
 
 
-def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> Plan:
-    """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read."""
-    targets = {t.uid: t for t in (target_of(p, pdbs) for p in pods_that_count(pods))}
+def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
+               covering: Covering | None = None) -> Plan:
+    """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read.
+    ``covering``: see ``target_of`` (kept by the caller for as long as ``pdbs`` stay the same)."""
+    targets = {t.uid: t for t in (target_of(p, pdbs, covering) for p in pods_that_count(pods))}
     grouped: dict[tuple[int, str], list[Target]] = {}
     for t in targets.values():
         grouped.setdefault((t.tier, t.lane), []).append(t)

@@ -18,9 +18,11 @@ soon and counts towards escalation at the cutoff; a throttled answer holds every
 the book until the server's Retry-After (with jitter) and never escalates the pod.
 
 Scheduling, before the evict cutoff: lanes (one PDB each) send one eviction
-at a time and never skip past a pod its PDB blocks; tier 1 (system-critical)
+at a time and never skip past a pod its PDB blocks; a pod is sent only when the
+watched PDB status has room for it (``budget_gate``: no eviction the server would
+refuse, while the watch works; the server's 429 stays the authority); tier 1 (system-critical)
 starts once every tier-0 lane is done or stuck (its PDB has refused for
-``STUCK_AFTER_S``: a PDB with maxUnavailable 1 refuses after every eviction
+``STUCK_AFTER_S``, or had no room that long: a PDB with maxUnavailable 1 refuses after every eviction
 until that pod is gone, which is pace, not a block); pods whose workloads are
 still checkpointing (agent-socket clients that have not acked) wait until they
 ack or the checkpoint window ends. At the evict cutoff (the contract's clock,
@@ -37,7 +39,8 @@ from typing import Any
 
 from common.wire import PhaseEnds
 from executor.kube import pacing
-from executor.kube.drain_plan import EMPTY_PLAN, Plan, Target, drain_plan, grace_for
+from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
+from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -100,6 +103,15 @@ class Emit:
     data: dict[str, Any]
 
 
+def _plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    """What the plan depends on: every pod's version, and every PDB's spec version (not its status)."""
+    def version(obj: dict[str, Any], field: str) -> tuple[Any, ...]:
+        md = obj.get("metadata") or {}
+        return md.get("uid"), md.get("namespace"), md.get("name"), md.get(field), md.get("deletionTimestamp")
+    return (tuple(version(p, "resourceVersion") for p in pods),
+            None if pdbs is None else tuple(version(p, "generation") for p in pdbs))
+
+
 def transition(st: PodState, answer: Answer, now: float, draw: float = 0.0) -> PodState:
     """The state after an answer to the call in flight; ``draw`` in [0, 1): the retry's jitter."""
     def rand() -> float:
@@ -142,14 +154,20 @@ class EvictionBook:
         # A throttled answer means the server sheds this agent's load, not that pod's: no send at
         # all until then (the pods' own retry_at say the same, this also holds back fresh pods).
         self.throttled_until = float("-inf")
+        self.gate = BudgetGate()
+        self._plan_key: tuple[Any, ...] | None = None
+        self._covering: Covering = {}
+        self._gated_since: dict[str, float] = {}   # lane -> since when its next pod has had no room
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
-                now: float | None = None) -> None:
+                now: float | None = None, budgets: dict[str, BudgetStatus] | None = None) -> None:
         """A fresh listing of the node: replan, and learn which pods left or appeared. With ``now``,
         a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
-        moment the budget can allow the next one, sooner than the backoff would say."""
-        self.plan = drain_plan(pods, pdbs)
+        moment the budget can allow the next one, sooner than the backoff would say. ``budgets``:
+        the PDBs' status as watched now ("ns/name" -> status; None: not watched)."""
+        self._replan(pods, pdbs)
+        self.gate.update(budgets, float("-inf") if now is None else now)
         freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase != IN_FLIGHT:
@@ -169,6 +187,13 @@ class EvictionBook:
                 self.states[uid] = st
             elif seen.phase in (PENDING, RETRY) and t.terminating:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
+
+    def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
+        key = _plan_key(pods, pdbs)
+        if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
+            if self._plan_key is None or key[1] != self._plan_key[1]:
+                self._covering = {}   # the PDBs changed: match their selectors again
+            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
         for uid, t in self.plan.targets.items():
@@ -196,6 +221,7 @@ class EvictionBook:
             data = dict(base, attempts=st.attempts + 1, grace_s=st.grace_s)
             if st.op == "delete":
                 return [Emit("drain.deleted", dict(data, reason="pdb_blocked"))]
+            self.gate.took(t.pdbs, t.pod, now)
             return [Emit("drain.evicted", data)]
         if answer.outcome == "refused":
             return [Emit("drain.error", dict(base, error=new.error))]
@@ -252,11 +278,12 @@ class EvictionBook:
     def _held(self, uid: str, now: float, inputs: Inputs) -> bool:
         return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
-    def _lane_next(self, uids: tuple[str, ...], now: float, inputs: Inputs) -> tuple[str, str | None]:
+    def _lane_next(self, lane: Lane, now: float, inputs: Inputs) -> tuple[str, str | None]:
         """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
-        time, and never past a pod its PDB blocks (the next one would be blocked too)."""
+        time, never past a pod its PDB blocks (the next one would be blocked too), and none while
+        the watched budget has no room."""
         waiting = False
-        for uid in uids:
+        for uid in lane.uids:
             st = self.states[uid]
             if st.phase in DONE:
                 continue
@@ -267,8 +294,14 @@ class EvictionBook:
                 continue
             stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
                      and now - st.blocked_since >= STUCK_AFTER_S)
-            state = "stuck" if stuck else "busy"
-            return state, (uid if st.phase == PENDING or st.retry_at <= now else None)
+            due = st.phase == PENDING or st.retry_at <= now
+            t = self.targets[uid]
+            if due and self.gate.verdict(t.pdbs, t.pod) == CLOSED:
+                since = self._gated_since.setdefault(lane.key, now)
+                stuck = stuck or (not waiting and now - since >= STUCK_AFTER_S)
+                return ("stuck" if stuck else "busy"), None
+            self._gated_since.pop(lane.key, None)
+            return ("stuck" if stuck else "busy"), (uid if due else None)
         return ("busy" if waiting else "done"), None
 
     def _by_the_book(self, now: float, inputs: Inputs) -> list[tuple[str, str]]:
@@ -280,7 +313,7 @@ class EvictionBook:
                 if not settled:
                     break
                 tier = lane.tier
-            state, uid = self._lane_next(lane.uids, now, inputs)
+            state, uid = self._lane_next(lane, now, inputs)
             if uid is not None:
                 picks.append((uid, "evict"))
             if state == "busy":

@@ -1,8 +1,13 @@
 """What the drain's coordinator sees of the node each turn, and what that costs the API server.
 
 - the pods: from the ``PodWatcher`` (a watch; no request per turn);
-- the PodDisruptionBudgets of the namespaces of those pods only, paginated, read again when a
-  namespace appears or after ``PDB_REFRESH_S`` (they are for planning; the server enforces them);
+- the PodDisruptionBudgets of the namespaces of those pods only: listed once per namespace,
+  paginated, when the namespace first appears, then watched from that list's resourceVersion
+  (one ``ListWatcher`` per namespace: 410 means one relist, at most once a second), so the drain
+  sees each budget's ``disruptionsAllowed`` change as it happens (``budget_gate``). A namespace
+  whose PDBs cannot be read (403) makes the plan group by owner, and is tried again after
+  ``PDB_REFRESH_S``; a watch that is failing keeps its last PDBs for the plan, but its statuses
+  are not used (the server alone decides, as without a watch);
 - "empty": the watch may lag the server by a moment, so a node the watch says is empty is
   confirmed by one consistent LIST, at most every ``CONFIRM_INTERVAL_S``.
 """
@@ -12,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from executor.kube.api import KubeApi, KubeError, Throttled
+from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
+from executor.kube.budget_gate import BudgetStatus, PdbView
 from executor.kube.pod_view import namespaces_of
-from executor.kube.pod_watcher import PodWatcher
+from executor.kube.pod_watcher import ListWatcher, PodWatcher
 
 PDB_REFRESH_S = 10.0
 CONFIRM_INTERVAL_S = 1.0
@@ -25,17 +31,28 @@ class Sight:
     pods: list[dict[str, Any]] | None   # None: the first list is not in yet
     pdbs: list[dict[str, Any]] | None   # None: unreadable (the plan groups by owner instead)
     confirmed: bool                      # ``pods`` is a consistent read of this turn
+    budgets: dict[str, BudgetStatus] | None = None   # the watched PDB statuses (None: none watched)
+
+
+def _pdb_watcher(make_api: Callable[[], KubeApi], on_change: Callable[[], None], namespace: str,
+                 listed: tuple[list[dict[str, Any]], str]) -> ListWatcher[PdbView]:
+    return ListWatcher(make_api, on_change, lambda api: api.list_pdbs_at(namespace),
+                       lambda api, rv, timeout: api.watch_pdbs(namespace, rv, timeout),
+                       lambda api: PdbView(), initial=listed, name=f"pdb-watch-{namespace[:20]}")
 
 
 class NodeListing:
     def __init__(self, api: KubeApi, make_api: Callable[[], KubeApi], on_change: Callable[[], None],
                  warn: Callable[[str, str], None]) -> None:
         self._api = api
+        self._make_api = make_api
+        self._on_change = on_change
         self._warn = warn
         self.watcher = PodWatcher(make_api, on_change)
-        self._pdbs: list[dict[str, Any]] | None = None
-        self._pdbs_at = float("-inf")
-        self._pdb_namespaces = frozenset[str]()
+        self.pdb_watchers: dict[str, ListWatcher[PdbView]] = {}
+        self._last_pdbs: dict[str, list[dict[str, Any]]] = {}   # by namespace: a failing watch's last
+        self._unreadable: set[str] = set()
+        self._unreadable_at = float("-inf")
         self._confirmed_at = float("-inf")
 
     def start(self) -> NodeListing:
@@ -44,26 +61,62 @@ class NodeListing:
 
     def stop(self) -> None:
         self.watcher.stop()
+        for w in self.pdb_watchers.values():
+            w.stop()
 
     def look(self, now: float) -> Sight:
         """Raises Unreachable / KubeError as a failed list would (the watcher's, or this turn's)."""
         pods = self.watcher.pods()
         if pods is None:
-            return Sight(None, self._pdbs, False)
+            return Sight(None, None, False)
         namespaces = namespaces_of(pods)
-        if now - self._pdbs_at >= PDB_REFRESH_S or not namespaces <= self._pdb_namespaces:
-            self._pdbs, self._pdbs_at, self._pdb_namespaces = self._read_pdbs(namespaces), now, namespaces
+        todo = namespaces - self.pdb_watchers.keys() - self._unreadable
+        if self._unreadable and now - self._unreadable_at >= PDB_REFRESH_S:
+            todo |= self._unreadable & namespaces
+        if todo:
+            self._read_pdbs(todo, now)
+        pdbs, budgets = self._pdb_sight(namespaces)
         confirmed = False
         if not namespaces_of(pods, counting=True) and now - self._confirmed_at >= CONFIRM_INTERVAL_S:
             pods, self._confirmed_at, confirmed = self._api.list_pods(), now, True
-        return Sight(pods, self._pdbs, confirmed)
+        return Sight(pods, pdbs, confirmed, budgets)
 
-    def _read_pdbs(self, namespaces: frozenset[str]) -> list[dict[str, Any]] | None:
-        try:
-            return self._api.list_pdbs(namespaces)
-        except Throttled:
-            raise
-        except KubeError as e:
-            # Typically 403: the identity may not read PDBs. Plan by owner instead (see drain_plan).
-            self._warn("drain.pdbs_unreadable", str(e))
-            return None
+    def _read_pdbs(self, namespaces: frozenset[str] | set[str], now: float) -> None:
+        for ns in sorted(namespaces):
+            try:
+                listed = self._api.list_pdbs_at(ns)
+            except Throttled:
+                raise
+            except KubeError as e:
+                # Typically 403: the identity may not read PDBs. Plan by owner instead (see drain_plan).
+                self._warn("drain.pdbs_unreadable", str(e))
+                self._unreadable.add(ns)
+                self._unreadable_at = now
+                continue
+            self._unreadable.discard(ns)
+            self._last_pdbs[ns] = listed[0]
+            self.pdb_watchers[ns] = _pdb_watcher(self._shared_api, self._on_change, ns, listed).start()
+
+    def _shared_api(self) -> KubeApi:
+        """A client of its own for a watch, knowing the eviction version already (no discovery)."""
+        api = self._make_api()
+        api.share_discovery(self._api)
+        return api
+
+    def _pdb_sight(self, namespaces: frozenset[str],
+                   ) -> tuple[list[dict[str, Any]] | None, dict[str, BudgetStatus] | None]:
+        budgets: dict[str, BudgetStatus] = {}
+        live = False
+        for ns, w in self.pdb_watchers.items():
+            try:
+                seen = w.read(lambda v: (v.items(), v.statuses()))
+            except (Unreachable, KubeError):
+                continue   # its last PDBs still plan; its statuses are stale: not used
+            if seen is not None:
+                self._last_pdbs[ns], statuses = seen
+                budgets.update(statuses)
+                live = True
+        if namespaces & self._unreadable:
+            return None, None
+        pdbs = [p for ns in sorted(namespaces) for p in self._last_pdbs.get(ns, [])]
+        return pdbs, (budgets if live else None)

@@ -14,6 +14,10 @@ so every wait is decided here, where it can be tested without a server:
 - ``throttled_delay`` / ``refused_delay``: the two retry policies. Both honour
   Retry-After (never retry earlier than the server asked) and add jitter, so
   agents throttled together do not come back together.
+- ``error_delay``: no answer, or an error that is neither: from ``ERROR_FIRST_S``, doubling
+  while it lasts up to ``ERROR_MAX_S``, with jitter (a watch that cannot reconnect, a
+  withdrawal's uncordon that keeps failing), so a hall of agents that lost the server at
+  once does not come back in lock-step.
 - ``first_write_delay``: the agents of one hall spread their first write (the
   cordon) over ``spread_s`` by a hash of the node name: deterministic (a node
   always gets the same slot, so a restart does not move it) and uniform over
@@ -34,6 +38,9 @@ THROTTLE_JITTER = 0.5       # up to +50 % of the wait, drawn per retry
 REFUSED_FIRST_S = 0.1       # a PDB refusal: exponential from 0.1 s ...
 REFUSED_MAX_S = 2.0         # ... at most 2 s; the drain also retries when a pod of the lane leaves
 REFUSED_JITTER = 0.25
+ERROR_FIRST_S = 0.5         # no answer / an error: exponential from 0.5 s ...
+ERROR_MAX_S = 8.0           # ... at most 8 s
+ERROR_JITTER = 0.5
 LANE_WAKE_S = 0.2           # that long after a pod left (the disruption controller's turn first)
 RETRY_AFTER_MAX_S = 60.0    # a Retry-After beyond this is not believed (the notice is shorter)
 
@@ -85,6 +92,13 @@ def refused_delay(attempts: int, retry_after: float | None, rand: Callable[[], f
     if retry_after:
         base = max(base, retry_after)
     return _jittered(base, REFUSED_JITTER, rand)
+
+
+def error_delay(attempts: int, rand: Callable[[], float]) -> float:
+    """Wait after the ``attempts``-th failure in a row (no answer, or an error): exponential from
+    ERROR_FIRST_S up to ERROR_MAX_S, plus up to ERROR_JITTER of it."""
+    base = min(ERROR_MAX_S, ERROR_FIRST_S * 2.0 ** max(0, attempts - 1))
+    return _jittered(base, ERROR_JITTER, rand)
 
 
 def first_write_delay(node: str, spread_s: float) -> float:

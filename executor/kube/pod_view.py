@@ -9,8 +9,9 @@ for; the client must then list again and watch from the new list's resourceVersi
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from executor.kube.pod_filters import pods_that_count
 
@@ -49,27 +50,40 @@ class PodView:
 
     def apply(self, event: dict[str, Any]) -> str:
         """One watch event; RELIST when the watch cannot go on from here (410, any ERROR)."""
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
-            return OK
-        if kind == "ERROR":
-            return RELIST
-        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        if kind in ("ADDED", "MODIFIED"):
-            if self._ours(obj):
-                self.pods[_uid(obj)] = obj
-            else:
-                self.pods.pop(_uid(obj), None)
-            self.changes += 1
-        elif kind == "DELETED":
+        return apply_event(self, event, self._put, lambda obj: self.pods.pop(_uid(obj), None))
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        if self._ours(obj):
+            self.pods[_uid(obj)] = obj
+        else:
             self.pods.pop(_uid(obj), None)
-            self.changes += 1
-        elif kind != "BOOKMARK":
-            return OK   # an event type this client does not know: skip it, keep its place
-        if rv:
-            self.resource_version = rv
-        return OK
+        self.changes += 1
 
     def snapshot(self) -> list[dict[str, Any]] | None:
         """The pods now, or None before the first list."""
         return list(self.pods.values()) if self.synced else None
+
+
+class Resumable(Protocol):
+    resource_version: str
+
+
+def apply_event(view: Resumable, event: dict[str, Any], put: Callable[[dict[str, Any]], object],
+                drop: Callable[[dict[str, Any]], object]) -> str:
+    """The watch contract, for any view: ``put`` an ADDED / MODIFIED object, ``drop`` a DELETED
+    one, RELIST on ERROR, skip an unknown type; the view resumes from the event's resourceVersion."""
+    kind, obj = event.get("type"), event.get("object")
+    if not isinstance(obj, dict):
+        return OK
+    if kind == "ERROR":
+        return RELIST
+    if kind in ("ADDED", "MODIFIED"):
+        put(obj)
+    elif kind == "DELETED":
+        drop(obj)
+    elif kind != "BOOKMARK":
+        return OK   # an event type this client does not know: skip it, keep its place
+    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    if rv:
+        view.resource_version = rv
+    return OK

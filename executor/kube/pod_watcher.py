@@ -1,54 +1,76 @@
-"""Keeps a ``PodView`` of the node current from a watch, in its own thread (adapter).
+"""Keeps a view of the node's pods (or of one namespace's PDBs) current from a watch, in its
+own thread (adapter).
 
 The request pattern (issue 19: a hall reclaim makes every agent call the server at once):
 
 1. ``GET /api/v1/pods?fieldSelector=spec.nodeName=N&resourceVersion=0`` -- served from the
-   API server's watch cache, no etcd read;
+   API server's watch cache, no etcd read (the PDBs: the drain's own paginated list, handed in);
 2. ``GET ...&watch=1&resourceVersion=<the list's>&timeoutSeconds=WATCH_TIMEOUT_S`` -- every
-   change of the node's pods is pushed; when the server ends the watch, watch again from
-   the last resourceVersion seen (no list);
+   change is pushed; when the server ends the watch, watch again from the last
+   resourceVersion seen (no list);
 3. on 410 Gone (or any ERROR event) list again, at most once per ``RELIST_MIN_S``.
 
 A throttled answer (429 without a DisruptionBudget cause) waits the server's Retry-After
-with jitter (``pacing.throttled_delay``); no answer waits ``RETRY_S``. The coordinator asks
-``pods()``: the view, or the watcher's last failure raised so the drain's own handling of a
-server that is down (``runner._unanswered``) sees it as it saw a failed list.
+with jitter (``pacing.throttled_delay``); no answer, or a refusal, waits
+``pacing.error_delay`` (jittered, growing while it lasts). The coordinator asks ``pods()``
+/ ``view()``: the view, or the watcher's last failure raised so the drain's own handling of
+a server that is down (``runner._unanswered``) sees it as it saw a failed list.
 """
 from __future__ import annotations
 
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
 from executor.kube import pacing
 from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
 from executor.kube.pod_view import RELIST, PodView
 
 WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
-RELIST_MIN_S = 1.0        # never list the node more often than this
-RETRY_S = 1.0             # after no answer
+RELIST_MIN_S = 1.0        # never list more often than this
+RETRY_S = 1.0             # a watch the server cut at once waits this before the next
 
 
-class PodWatcher:
-    def __init__(self, make_api: Callable[[], KubeApi], on_change: Callable[[], None],
-                 clock: Callable[[], float] = time.monotonic,
-                 rand: Callable[[], float] = random.random) -> None:
+class View(Protocol):
+    resource_version: str
+
+    def reset(self, items: list[dict[str, Any]], resource_version: str) -> None: ...
+
+    def apply(self, event: dict[str, Any]) -> str: ...
+
+
+V = TypeVar("V", bound=View)
+Listed = tuple[list[dict[str, Any]], str]
+
+
+class ListWatcher(Generic[V]):
+    """``list_at(api)``: (items, resourceVersion); ``watch(api, rv, timeout_s)``: the events after
+    it; ``new_view(api)``: an empty view. ``initial``: a list already made (watch from it)."""
+
+    def __init__(self, make_api: Callable[[], KubeApi], on_change: Callable[[], None],  # noqa: PLR0913 -- the three calls by name
+                 list_at: Callable[[KubeApi], Listed],
+                 watch: Callable[[KubeApi, str, int], Iterator[dict[str, Any]]],
+                 new_view: Callable[[KubeApi], V], *, initial: Listed | None = None,
+                 clock: Callable[[], float] = time.monotonic, rand: Callable[[], float] = random.random,
+                 name: str = "watch") -> None:
         self._make_api = make_api
         self._on_change = on_change
+        self._list_at, self._watch_of, self._new_view = list_at, watch, new_view
+        self._initial = initial
         self._clock = clock
         self._rand = rand
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._view: PodView | None = None
+        self._view: V | None = None
         self._failure: Exception | None = None
         self._api: KubeApi | None = None
-        self._thread = threading.Thread(target=self._main, name="pod-watch", daemon=True)
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.lists = 0
         self.watches = 0
 
-    def start(self) -> PodWatcher:
+    def start(self) -> ListWatcher[V]:
         self._thread.start()
         return self
 
@@ -58,24 +80,34 @@ class PodWatcher:
         if api is not None:
             api.stop_watch()
 
-    def pods(self) -> list[dict[str, Any]] | None:
-        """The node's pods as last seen (None before the first list); raises the last failure
+    def read(self, fn: Callable[[V], Any]) -> Any:
+        """``fn(view)`` under the lock (None before the first list); raises the last failure
         (Unreachable, KubeError) while the watcher has not been answered since."""
         with self._lock:
             if self._failure is not None:
                 raise self._failure
-            return self._view.snapshot() if self._view is not None else None
+            return fn(self._view) if self._view is not None else None
 
     def _set(self, failure: Exception | None) -> None:
         with self._lock:
             self._failure = failure
         self._on_change()
 
+    def _fill(self, api: KubeApi, listed: Listed) -> None:
+        view = self._new_view(api)
+        view.reset(*listed)
+        with self._lock:
+            self._view, self._failure = view, None
+        self._on_change()
+
     def _main(self) -> None:
         api = self._api = self._make_api()
-        throttles = 0
+        throttles = errors = 0
         last_list = float("-inf")
         relist = True
+        if self._initial is not None:
+            self._fill(api, self._initial)
+            last_list, relist, self._initial = self._clock(), False, None
         try:
             while not self._stop.is_set():
                 try:
@@ -83,15 +115,10 @@ class PodWatcher:
                         self._stop.wait(max(0.0, last_list + RELIST_MIN_S - self._clock()))
                         last_list = self._clock()
                         self.lists += 1
-                        pods, rv = api.list_pods_at("0")
-                        view = PodView(api.node)
-                        view.reset(pods, rv)
-                        with self._lock:
-                            self._view, self._failure = view, None
-                        self._on_change()
+                        self._fill(api, self._list_at(api))
                         relist = False
                     relist = self._follow(api)
-                    throttles = 0
+                    throttles = errors = 0
                 except Throttled as e:
                     throttles += 1
                     self._set(e)
@@ -99,8 +126,9 @@ class PodWatcher:
                 except (Unreachable, KubeError) as e:
                     # 410 as an HTTP status (not an ERROR event) also means: list again.
                     relist = relist or (isinstance(e, KubeError) and e.status == 410)
+                    errors += 1
                     self._set(e)
-                    self._stop.wait(RETRY_S)
+                    self._stop.wait(pacing.error_delay(errors, self._rand))
         finally:
             api.close()
 
@@ -111,7 +139,7 @@ class PodWatcher:
             return True
         self.watches += 1
         started = self._clock()
-        for event in api.watch_pods(view.resource_version, WATCH_TIMEOUT_S):
+        for event in self._watch_of(api, view.resource_version, WATCH_TIMEOUT_S):
             with self._lock:
                 verdict = view.apply(event)
                 self._failure = None
@@ -123,3 +151,19 @@ class PodWatcher:
         if self._clock() - started < RELIST_MIN_S:
             self._stop.wait(RETRY_S)   # a watch cut at once, again and again, must not spin
         return False
+
+
+class PodWatcher(ListWatcher[PodView]):
+    """The node's pods: listed from the watch cache (RV=0), then watched."""
+
+    def __init__(self, make_api: Callable[[], KubeApi], on_change: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic,
+                 rand: Callable[[], float] = random.random) -> None:
+        super().__init__(make_api, on_change, lambda api: api.list_pods_at("0"),
+                         lambda api, rv, timeout: api.watch_pods(rv, timeout), lambda api: PodView(api.node),
+                         clock=clock, rand=rand, name="pod-watch")
+
+    def pods(self) -> list[dict[str, Any]] | None:
+        """The node's pods as last seen (None before the first list); raises the last failure."""
+        pods: list[dict[str, Any]] | None = self.read(PodView.snapshot)
+        return pods

@@ -32,18 +32,16 @@ from common.recorder import Recorder
 from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, Step
 from executor.kube import last_resort, node_steps, pacing
+from executor.kube.answers import answer_of
 from executor.kube.api import (
-    Conflict,
     CredentialsRefused,
     KubeApi,
     KubeError,
-    NotFound,
     NotOwnNode,
     Throttled,
-    TooManyRequests,
     Unreachable,
 )
-from executor.kube.drain_plan import ApiHealth, fallback_due, pdb_from_causes
+from executor.kube.drain_plan import ApiHealth, fallback_due, next_turn
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
@@ -53,7 +51,7 @@ from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remain
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-LIST_INTERVAL_S = 0.25     # how often the plan is redone from the watched pods (no request)
+IDLE_TURN_S = 1.0   # with no change (watches and new inputs wake the drain), replan this often
 RETRY_S = 0.5              # between attempts of a node step that failed
 PROBE_INTERVAL_S = 1.0
 LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
@@ -71,7 +69,8 @@ class DrainRunner:
         self.spec = spec
         self._make_api = make_api
         self._report_fn = report
-        self.inputs = inputs or Inputs()     # replaced whole by the loop (an atomic reference swap)
+        self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: something changed
+        self._inputs = inputs or Inputs()
         self._clock = clock
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
@@ -79,7 +78,6 @@ class DrainRunner:
         self._local = threading.local()
         self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
-        self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: pods changed
         self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
@@ -89,6 +87,16 @@ class DrainRunner:
         self._thread = threading.Thread(target=self._main, name=f"drain-{spec.notice_id[:16]}", daemon=True)
 
     # -- control (from the loop) -------------------------------------------------------
+    @property
+    def inputs(self) -> Inputs:
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, value: Inputs) -> None:
+        """Replaced whole by the loop (an atomic reference swap), and the drain woken to act on it."""
+        self._inputs = value
+        self._answers.put(("", None))
+
     def start(self) -> DrainRunner:
         self._thread.start()
         return self
@@ -113,8 +121,7 @@ class DrainRunner:
             self._report(InPhase(self.spec.notice_id, phase))
 
     def _warn(self, name: str, error: str) -> None:
-        """A warning for the log, keyed by (name, text): said again with its count once WARN_REPEAT_S
-        has passed, and at the end of the drain (common/recorder.py), never once per retry."""
+        """Said again with its count once WARN_REPEAT_S has passed (common/recorder.py), not per retry."""
         text = error[:300]
         self._warnings.record(name, text, {"error": text})
 
@@ -219,9 +226,9 @@ class DrainRunner:
                     last_remaining = None   # said what went wrong meanwhile: say what is left again
                     continue
                 if sight.pods is None:   # the first list is not in yet
-                    self._exchange(book, pool, now + LIST_INTERVAL_S)
+                    self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
                     continue
-                book.observe(sight.pods, sight.pdbs, now)
+                book.observe(sight.pods, sight.pdbs, now, sight.budgets)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
@@ -231,7 +238,7 @@ class DrainRunner:
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
-                self._exchange(book, pool, now + LIST_INTERVAL_S)
+                self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
         finally:
             listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -274,13 +281,26 @@ class DrainRunner:
                 if self._stop.is_set():
                     raise Stopped() from None
                 continue
-            if answer is None:   # the watch saw the node's pods change: plan again now
+            if self._take_answers(book, uid, answer):   # a watch saw a change (or the inputs did)
                 return
-            if answer.outcome == "unreachable":
-                self._health.failed(self._clock())
+
+    def _take_answers(self, book: EvictionBook, uid: str, answer: Answer | None) -> bool:
+        """This answer and every other one in: to the book; True if any was a change (replan now:
+        once for however many changes came in together)."""
+        changed = False
+        while True:
+            if answer is None:
+                changed = True
             else:
-                self._health.ok()
-            self._forward(book.answer(uid, answer, self._clock(), self._rand()))
+                if answer.outcome == "unreachable":
+                    self._health.failed(self._clock())
+                else:
+                    self._health.ok()
+                self._forward(book.answer(uid, answer, self._clock(), self._rand()))
+            try:
+                uid, answer = self._answers.get_nowait()
+            except queue.Empty:
+                return changed
 
     def _forward(self, emits: list[Emit]) -> None:
         """The book's events to the loop; what a restart must not do again goes into the memo."""
@@ -315,7 +335,7 @@ class DrainRunner:
             api = self._local.api = self._make_api()
             if self._main_api is not None:
                 api.share_discovery(self._main_api)
-        answer = _answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
+        answer = answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
                             else api.evict_pod(action.pod, action.grace_s))
         self._answers.put((action.uid, answer))
 
@@ -376,24 +396,3 @@ class DrainRunner:
         except (Unreachable, KubeError, NotOwnNode) as e:
             detail["error"] = str(e)[:300]   # the loop that called us retries its own step
         self._step(Step.RECONCILED, "drain.reconciled", **detail)
-
-
-def _answer_of(call: Callable[[], None]) -> Answer:
-    """The book's answer for one eviction or delete: what the server (or the agent) said."""
-    try:
-        call()
-        return Answer("accepted")
-    except (NotFound, Conflict):
-        return Answer("gone")   # 409: the UID precondition failed, our pod is gone
-    except Throttled as e:
-        return Answer("throttled", e.message, retry_after=e.retry_after)
-    except TooManyRequests as e:   # PdbRefused
-        return Answer("blocked", e.message, pdb_from_causes(e.causes), e.retry_after)
-    except KubeError as e:
-        return Answer("error", str(e))
-    except Unreachable as e:
-        return Answer("unreachable", str(e))
-    except NotOwnNode as e:
-        return Answer("refused", str(e))
-    except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
-        return Answer("error", f"{type(e).__name__}: {e}")

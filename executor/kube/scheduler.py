@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import ssl
 import threading
 from collections.abc import Callable
@@ -19,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from common.http import TlsFiles
 from common.timefmt import format_rfc3339
 from common.wire import EVICT_OVER, FINAL, DrainState, Step
-from executor.kube import node_steps
-from executor.kube.api import KubeApi, KubeError, NotOwnNode, Unreachable, identities
+from executor.kube import node_steps, pacing
+from executor.kube.api import KubeApi, KubeError, NotOwnNode, Throttled, Unreachable, identities
 from executor.kube.drain_plan import down_after
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Inputs
-from executor.kube.runner import PROBE_INTERVAL_S, DrainRunner
+from executor.kube.runner import DrainRunner
 from executor.scheduler import Announce, Log, NewState, Order, Report, ReportQueue, StepDone, Withdrawal
 
 if TYPE_CHECKING:
@@ -168,15 +169,21 @@ class KubeScheduler:
 
 class WithdrawRunner:
     """Undo a withdrawn notice's cordon, taint and label off the loop: retried until the server
-    agrees, then ``drain.uncordoned`` and the state ``withdrawn``."""
+    agrees, then ``drain.uncordoned`` and the state ``withdrawn``. Retries are paced as the
+    drain's are (``pacing``): a throttled answer waits its Retry-After doubling to 8 s, any other
+    failure 0.5 s doubling to 8 s, both with jitter -- a hall whose notices were all withdrawn at
+    once must not come back to a struggling server in lock-step every second."""
 
-    def __init__(self, notice_id: str, taint_key: str, make_api: Callable[[], KubeApi],
-                 report: Callable[[Report], None], dry_run: bool = False) -> None:
+    def __init__(self, notice_id: str, taint_key: str, make_api: Callable[[], KubeApi],  # noqa: PLR0913 -- the wait and the draw are for tests
+                 report: Callable[[Report], None], dry_run: bool = False, *,
+                 wait: Callable[[float], bool] | None = None, rand: Callable[[], float] | None = None) -> None:
         self.notice_id, self.taint_key, self.dry_run = notice_id, taint_key, dry_run
         self._make_api, self._report = make_api, report
+        self._rand = rand or random.Random(notice_id).random   # per notice: agents draw apart
         # Set before the reports go out: the loop may see the thread gone before it has read them.
         self.succeeded = False
         self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
         self._thread = threading.Thread(target=self._main, name=f"withdraw-{notice_id[:16]}", daemon=True)
 
     def start(self) -> WithdrawRunner:
@@ -194,6 +201,7 @@ class WithdrawRunner:
         api = self._make_api()
         last = ""
         nid = self.notice_id
+        failures = throttles = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -209,6 +217,12 @@ class WithdrawRunner:
                     if str(e) != last:
                         last = str(e)
                         self._report(Log(nid, "drain.uncordon_failed", {"error": last[:300]}))
-                self._stop.wait(PROBE_INTERVAL_S)
+                    if isinstance(e, Throttled):
+                        throttles += 1
+                        delay = pacing.throttled_delay(throttles, e.retry_after, self._rand)
+                    else:
+                        failures += 1
+                        delay = pacing.error_delay(failures, self._rand)
+                self._wait(delay)
         finally:
             api.close()

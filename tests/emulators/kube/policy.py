@@ -4,6 +4,14 @@ Pure functions over plain dicts with the time passed in. The eviction rules copy
 pkg/registry/core/pod/storage/eviction.go; the status rules copy the disruption controller,
 except that the expected pod count is the number of matching pods (the emulator keeps no
 ReplicaSet/StatefulSet scale to read).
+
+What a client watching PDB status relies on (executor/kube/budget_gate.py), as upstream:
+``checkAndDecrement`` decrements disruptionsAllowed and records the pod in disruptedPods in one
+status write, before the pod's delete; pkg/controller/disruption (``buildDisruptedPodMap``,
+``countHealthyPods``) drops a terminating pod from disruptedPods (or one past DeletionTimeout, 2
+min) and counts neither as healthy; the status is written only when it changes (here: the
+store skips a no-op write, so a watch sees no event). The "still being processed" 429 carries
+Retry-After 10 as newer servers send; 1.20.2 sends none (its ``NewTooManyRequests(..., 0)``).
 """
 from __future__ import annotations
 

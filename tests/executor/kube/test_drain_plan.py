@@ -121,3 +121,14 @@ def test_dry_run_steps_list_each_pod_in_order_with_its_grace_and_phase():
         ("default/job", "checkpoint", 0, 35),    # held until checkpoint_by, then what is left to the cutoff
         ("default/web", "evict", 0, 30),         # its own grace fits
         ("kube-system/dns", "evict", 1, 30)]     # critical last; the DaemonSet pod does not count
+
+
+def test_the_next_turn_is_an_idle_second_away_or_the_next_phase_end_before_it():
+    from common.wire import PhaseEnds
+    from executor.kube.drain_plan import next_turn
+    ends = PhaseEnds(checkpoint_by=10.0, evict_at=20.0, cutoff=25.0)
+    assert next_turn(0.0, 1.0, ends, 60.0) == 1.0
+    assert next_turn(9.5, 1.0, ends, 60.0) == 10.0
+    assert next_turn(24.8, 1.0, ends, 60.0) == 25.0
+    assert next_turn(59.9, 1.0, ends, 60.0) == 60.0
+    assert next_turn(70.0, 1.0, ends, 60.0) == 71.0

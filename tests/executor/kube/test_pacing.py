@@ -95,3 +95,9 @@ def test_pdbs_are_read_in_the_namespaces_of_pods_that_still_count():
     pods = [pod("a", ns="x"), pod("b", ns="y"), done]
     assert namespaces_of(pods) == {"x", "y", "old"}
     assert namespaces_of(pods, counting=True) == {"x", "y"}
+
+
+def test_an_error_backs_off_from_half_a_second_to_8_s_with_jitter():
+    assert [pacing.error_delay(n, lambda: 0.0) for n in (1, 2, 3, 4, 5, 9)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert pacing.error_delay(1, lambda: 1.0) == 0.75 and pacing.error_delay(9, lambda: 1.0) == 12.0
+    assert pacing.error_delay(1, lambda: 7.0) == 0.75   # a draw out of [0, 1) is clamped

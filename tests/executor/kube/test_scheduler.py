@@ -5,8 +5,9 @@ import copy
 from typing import Any
 
 from common.config import build
+from executor.kube.api import Throttled, Unreachable
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
-from executor.kube.scheduler import KubeScheduler
+from executor.kube.scheduler import KubeScheduler, WithdrawRunner
 from executor.scheduler import NewState, StepDone, Withdrawal
 from tests.support.wait import wait_for
 
@@ -90,3 +91,47 @@ def test_a_notice_withdrawn_before_anything_was_done_on_the_node_is_withdrawn_on
     finally:
         driver.close()
     assert reports == [NewState("n2", "withdrawn")] and api.patches == []
+
+
+class FailingApi(FakeApi):
+    """The server answers nothing ``unanswered`` times, then throttles ``throttled`` times, then agrees."""
+
+    def __init__(self, unanswered: int, throttled: int) -> None:
+        super().__init__()
+        self.script = ["down"] * unanswered + ["throttled"] * throttled
+
+    def get_node(self) -> dict[str, Any]:
+        if self.script:
+            if self.script.pop(0) == "down":
+                raise Unreachable("GET /api/v1/nodes/node-a: connection refused")
+            e = Throttled(429, "TooManyRequests", "Too many requests, please try again later.")
+            e.retry_after = 1.0
+            raise e
+        return super().get_node()
+
+
+def test_a_withdrawal_retries_with_jittered_backoff_not_every_second():
+    waits: list[float] = []
+    reports: list[Any] = []
+    draws = iter([0.0, 1.0, 0.5, 0.0, 1.0])
+    api = FailingApi(unanswered=3, throttled=2)
+    runner = WithdrawRunner("n1", "sco.io/notice", lambda: api, reports.append,   # type: ignore[arg-type, return-value]
+                            wait=lambda s: waits.append(s) or False, rand=lambda: next(draws)).start()
+    wait_for(lambda: runner.succeeded and not runner.alive, 5, "the withdrawal done")
+    # No answer: 0.5 s doubling, + up to 50 % jitter (the draws 0, 1, 0.5); throttled: at least the
+    # Retry-After (1 s), doubling, + up to 50 %.
+    assert waits == [0.5, 1.5, 2.5, 1.0, 3.0]
+    assert [r.event for r in reports if isinstance(r, StepDone)] == ["drain.uncordoned"]
+    assert sum(1 for r in reports if getattr(r, "name", "") == "drain.uncordon_failed") == 2   # each text once
+
+
+def test_withdrawals_of_different_notices_draw_different_waits():
+    def first_waits(nid: str) -> list[float]:
+        waits: list[float] = []
+        api = FailingApi(unanswered=3, throttled=0)
+        r = WithdrawRunner(nid, "sco.io/notice", lambda: api, lambda _: None,   # type: ignore[arg-type, return-value]
+                           wait=lambda s: waits.append(s) or False).start()
+        wait_for(lambda: r.succeeded and not r.alive, 5, "the withdrawal done")
+        return waits
+    a, b = first_waits("notice-a"), first_waits("notice-b")
+    assert a != b and all(0.5 <= w <= 0.75 for w in a[:1] + b[:1])

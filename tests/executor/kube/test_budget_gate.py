@@ -1,0 +1,148 @@
+"""The PDB gate (pure): what the watched status lets the drain send, and its own unconfirmed evictions."""
+from __future__ import annotations
+
+from typing import Any
+
+from common.wire import PhaseEnds
+from executor.kube.budget_gate import CLOSED, FREE, OPEN, TAKEN_TTL_S, BudgetGate, PdbView, status_of
+from executor.kube.eviction_book import Answer, EvictionBook, Inputs
+from executor.kube.pod_view import RELIST
+
+
+def pdb(name: str, allowed: int, *, disrupted: tuple[str, ...] = (), rv: str = "1", generation: int = 1,
+        observed: int = 1, healthy: int = 5, desired: int = 5) -> dict[str, Any]:
+    status: dict[str, Any] = {"disruptionsAllowed": allowed, "observedGeneration": observed,
+                              "currentHealthy": healthy, "desiredHealthy": desired}
+    if disrupted:
+        status["disruptedPods"] = dict.fromkeys(disrupted, "2030-01-01T00:00:00Z")
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "generation": generation},
+            "spec": {"selector": {"matchLabels": {"app": name}}}, "status": status}
+
+
+def pod(name: str, app: str = "web", *, ready: bool = True, phase: str = "Running") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "labels": {"app": app}},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def gate_with(*pdbs: dict[str, Any], now: float = 0.0) -> BudgetGate:
+    view = PdbView()
+    view.reset(list(pdbs), "1")
+    gate = BudgetGate()
+    gate.update(view.statuses(), now)
+    return gate
+
+
+def test_closed_while_the_budget_is_0_open_when_it_has_room():
+    assert gate_with(pdb("web", 0)).verdict(("ns/web",), pod("a")) == CLOSED
+    assert gate_with(pdb("web", 2)).verdict(("ns/web",), pod("a")) == OPEN
+
+
+def test_a_status_behind_its_spec_is_closed_as_the_server_refuses_it():
+    # eviction.go: observedGeneration < generation -> 429 "still being processed".
+    assert gate_with(pdb("web", 3, generation=2, observed=1)).verdict(("ns/web",), pod("a")) == CLOSED
+
+
+def test_pods_the_server_deletes_without_a_budget_go_at_once():
+    gate = gate_with(pdb("web", 0, healthy=3, desired=2))
+    assert gate.verdict((), pod("a")) == FREE                                  # under no PDB
+    assert gate.verdict(("ns/web",), pod("a", phase="Pending")) == FREE        # canIgnorePDB
+    assert gate.verdict(("ns/web",), pod("a", ready=False)) == FREE            # unready, budget healthy
+    assert gate_with(pdb("web", 0, healthy=2, desired=2)).verdict(("ns/web",), pod("a", ready=False)) == FREE
+    assert gate_with(pdb("web", 0, healthy=1, desired=2)).verdict(("ns/web",), pod("a", ready=False)) == CLOSED
+    assert BudgetGate().verdict(("ns/web",), pod("a")) == FREE                 # no status known: the server decides
+
+
+def test_every_pdb_selecting_the_pod_must_have_room():
+    gate = gate_with(pdb("a", 1), pdb("b", 0))
+    assert gate.verdict(("ns/a", "ns/b"), pod("x")) == CLOSED
+    assert gate.verdict(("ns/a",), pod("x")) == OPEN
+
+
+def test_an_accepted_eviction_counts_until_the_status_accounts_for_it():
+    gate = gate_with(pdb("web", 2))
+    gate.took(("ns/web",), pod("a"), 1.0)
+    assert gate.room("ns/web") == 1
+    gate.took(("ns/web",), pod("b"), 1.1)
+    assert gate.verdict(("ns/web",), pod("c")) == CLOSED
+    # The eviction's own status write lists the pod in disruptedPods: counted once, not twice.
+    view = PdbView()
+    view.reset([pdb("web", 2)], "1")
+    view.apply({"type": "MODIFIED", "object": pdb("web", 1, disrupted=("a",), rv="2")})
+    gate.update(view.statuses(), 1.2)
+    assert gate.room("ns/web") == 0 and set(gate.taken["ns/web"]) == {"b"}
+    # The controller then drops "a" (terminating) and counts it unhealthy: still accounted for.
+    view.apply({"type": "MODIFIED", "object": pdb("web", 0, disrupted=("b",), rv="3")})
+    view.apply({"type": "MODIFIED", "object": pdb("web", 1, rv="4", healthy=4)})
+    gate.update(view.statuses(), 1.3)
+    assert gate.taken == {} and gate.verdict(("ns/web",), pod("c")) == OPEN
+
+
+def test_a_status_seen_before_the_answer_is_not_counted_again():
+    view = PdbView()
+    view.reset([pdb("web", 0, disrupted=("a",))], "5")
+    gate = BudgetGate()
+    gate.update(view.statuses(), 0.0)
+    gate.took(("ns/web",), pod("a"), 0.0)
+    assert gate.taken == {}
+
+
+def test_an_unconfirmed_local_decrement_lapses_and_the_server_decides_again():
+    gate = gate_with(pdb("web", 1))
+    gate.took(("ns/web",), pod("a"), 10.0)
+    gate.update(gate.statuses, 10.0 + TAKEN_TTL_S - 0.1)
+    assert gate.verdict(("ns/web",), pod("b")) == CLOSED
+    gate.update(gate.statuses, 10.0 + TAKEN_TTL_S)
+    assert gate.verdict(("ns/web",), pod("b")) == OPEN
+
+
+def test_the_view_relists_on_an_error_event_and_forgets_deleted_pdbs():
+    view = PdbView()
+    view.reset([pdb("web", 1), pdb("db", 0)], "1")
+    assert view.apply({"type": "DELETED", "object": pdb("db", 0, rv="2")}) != RELIST
+    assert set(view.statuses()) == {"ns/web"} and view.resource_version == "2"
+    assert view.apply({"type": "ERROR", "object": {"kind": "Status", "code": 410}}) == RELIST
+    assert status_of(pdb("web", 3)).allowed == 3
+
+
+def _book() -> EvictionBook:
+    return EvictionBook(PhaseEnds(0.0, 100.0, 110.0), 0.0, "report")
+
+
+def test_the_book_sends_nothing_while_closed_and_one_at_a_time_within_the_room():
+    pods = [pod(f"w{i}") for i in range(3)] + [pod("solo", app="none")]
+    pdbs = [pdb("web", 0)]
+    view = PdbView()
+    view.reset(pdbs, "1")
+    book = _book()
+    book.observe(pods, pdbs, 1.0, view.statuses())
+    actions, _ = book.next_actions(1.0, Inputs(), 8)
+    assert [a.key for a in actions] == ["ns/solo"]          # not under the PDB: at once
+    book.answer("u-solo", Answer("accepted"), 1.1)
+    assert book.next_actions(1.2, Inputs(), 8)[0] == []
+    view.apply({"type": "MODIFIED", "object": pdb("web", 1, rv="2")})
+    book.observe(pods[:3], pdbs, 1.3, view.statuses())
+    (a,) = book.next_actions(1.3, Inputs(), 8)[0]
+    book.answer(a.uid, Answer("accepted"), 1.4)
+    # Room was 1 and this drain took it: no second eviction until the status says more.
+    assert book.next_actions(1.5, Inputs(), 8)[0] == []
+
+
+def test_the_plan_is_redone_when_a_pod_or_a_pdb_spec_changes_not_when_only_a_status_does():
+    pods = [pod("a"), pod("b", app="db")]
+    for p in pods:
+        p["metadata"]["resourceVersion"] = "1"
+    book = _book()
+    book.observe(pods, [pdb("web", 1)], 1.0)
+    plan = book.plan
+    book.observe(pods, [pdb("web", 0, rv="7")], 1.1)          # only the status moved
+    assert book.plan is plan
+    moved = [dict(pods[0], metadata={**pods[0]["metadata"], "resourceVersion": "2",
+                                     "deletionTimestamp": "2030-01-01T00:00:00Z"}), pods[1]]
+    book.observe(moved, [pdb("web", 0, rv="7")], 1.2)
+    assert book.plan is not plan and book.plan.targets["u-a"].terminating
+    # A PDB whose spec changed (new generation) selecting "db" too: matched again, not from memory.
+    wider = pdb("web", 0, rv="8", generation=2, observed=2)
+    wider["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
+    book.observe(moved, [wider], 1.3)
+    assert book.plan.targets["u-b"].pdbs == ("ns/web",)
