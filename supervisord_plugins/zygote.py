@@ -48,6 +48,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from supervisord_plugins import wake
+
 if TYPE_CHECKING:
     from supervisord_plugins import process_events
 
@@ -88,11 +90,14 @@ class Zygote:
         self.error = error
         self.forwarder = forwarder
         self.events_error = events_error
+        self.waker: wake.Waker | None = None
+        self.wake_error = ""
 
     def getState(self) -> dict[str, Any]:  # camelCase: the XML-RPC convention supervisor uses
         events = self.forwarder.state() if self.forwarder is not None else {}
         return {"installed": not self.error, "error": self.error, "modules": len(self.preloaded),
-                "python": sys.executable, "events": events, "events_error": self.events_error}
+                "python": sys.executable, "events": events, "events_error": self.events_error,
+                "wakes": self.waker.pokes if self.waker is not None else 0, "wake_error": self.wake_error}
 
 
 def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", config: str = "",
@@ -116,6 +121,11 @@ def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", c
             zygote.events_error = f"process events not forwarded: {type(e).__name__}: {e}"
         if zygote.events_error:
             _say(supervisord, zygote.events_error)
+    # Signals wake supervisord's loop, so an exited worker is reaped at once, not at the next
+    # 1 s poll (supervisord_plugins/wake.py).
+    zygote.waker, zygote.wake_error = wake.install(supervisord)
+    if zygote.wake_error:
+        _say(supervisord, zygote.wake_error)
     return zygote
 
 
