@@ -20,13 +20,14 @@ memory, same behaviour. tests/watcher/test_nats_import.py pins what is and is no
 """
 from __future__ import annotations
 
-import importlib
 import importlib.machinery
 import importlib.util
 import os
 import sys
 import types
 from typing import Any
+
+from watcher.stand_in import Deferred, logging_stand_in, standing_in, traceback_stand_in
 
 DISTRIBUTION = "nats-py"
 
@@ -46,7 +47,8 @@ def import_nats(servers: list[str]) -> Any:
     if stand_in is not None:
         sys.modules["importlib.metadata"] = stand_in
     try:
-        import nats  # only the watcher pays for nats-py
+        with standing_in(logging_stand_in(), traceback_stand_in()):   # as for asyncio (watcher.asyncio_import)
+            import nats  # only the watcher pays for nats-py
     except BaseException:
         if lazy is not None and sys.modules.get("nats.js") is lazy:
             del sys.modules["nats.js"]
@@ -59,27 +61,11 @@ def import_nats(servers: list[str]) -> Any:
     return nats
 
 
-class _Deferred(types.ModuleType):
-    """Stands in for a module until an attribute it lacks is read; then imports the real one.
-
-    Not ``importlib.util.LazyLoader``: the import system reads ``__spec__`` of every module
-    it finds in sys.modules (``import nats.js`` in nats-py does), which would run a lazily
-    loaded module at once.
-    """
-
-    def __getattr__(self, attr: str) -> Any:
-        name = self.__name__
-        if sys.modules.get(name) is self:
-            del sys.modules[name]
-        real = importlib.import_module(name)   # sets the parent's attribute to the real module
-        return getattr(real, attr)
-
-
 def _lazy_module(name: str, location: list[str]) -> types.ModuleType | None:
     """A stand-in for ``name`` that imports it at first use; None if it is not where expected."""
     if not location or importlib.machinery.PathFinder.find_spec(name, location) is None:
         return None
-    return _Deferred(name)
+    return Deferred(name)
 
 
 def _metadata_stand_in(location: list[str]) -> types.ModuleType | None:
