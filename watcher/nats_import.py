@@ -27,7 +27,7 @@ import sys
 import types
 from typing import Any
 
-from watcher.stand_in import Deferred, logging_stand_in, standing_in, traceback_stand_in
+from watcher.stand_in import Deferred, logging_stand_in, pkgutil_stand_in, standing_in, traceback_stand_in
 
 DISTRIBUTION = "nats-py"
 
@@ -47,7 +47,8 @@ def import_nats(servers: list[str]) -> Any:
     if stand_in is not None:
         sys.modules["importlib.metadata"] = stand_in
     try:
-        with standing_in(logging_stand_in(), traceback_stand_in()):   # as for asyncio (watcher.asyncio_import)
+        # logging and traceback as for asyncio (watcher.asyncio_import); pkgutil for nats/__init__.py
+        with standing_in(logging_stand_in(), traceback_stand_in(), pkgutil_stand_in()):
             import nats  # only the watcher pays for nats-py
     except BaseException:
         if lazy is not None and sys.modules.get("nats.js") is lazy:

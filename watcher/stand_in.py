@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 import types
 from collections.abc import Iterator
@@ -143,3 +144,39 @@ def traceback_stand_in() -> Deferred:
 
     module.extract_stack = extract_stack  # type: ignore[attr-defined]  # a plain module built here
     return module
+
+
+def pkgutil_stand_in() -> Deferred:
+    """``pkgutil`` as nats-py's ``__init__`` uses it: ``extend_path(__path__, __name__)``.
+
+    extend_path appends to a package's path every other portion of it on sys.path: a directory
+    of that name, a ``NAME.pkg`` file, anything a non-directory entry (a zip) may hold. Where
+    sys.path has none of these (a venv with one nats-py), it returns a copy of the path, and so
+    does this, without importing pkgutil (namedtuple, zipimport...); wherever one might be, the
+    real extend_path answers.
+    """
+    module = Deferred("pkgutil", "stand-in (watcher.stand_in): imports pkgutil at first use")
+
+    def extend_path(path: Any, name: str) -> Any:
+        if isinstance(path, list) and "." not in name and not _may_extend(path, name):
+            return path[:]
+        return real_module("pkgutil").extend_path(path, name)
+
+    module.extend_path = extend_path  # type: ignore[attr-defined]  # a plain module built here
+    return module
+
+
+def _may_extend(path: list[str], name: str) -> bool:
+    """Whether any sys.path entry might hold another portion of package ``name`` (or is not a directory)."""
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            continue
+        where = entry or os.getcwd()
+        if not os.path.isdir(where):
+            if os.path.exists(where):
+                return True   # a zip or another importer's entry: let the real one look
+            continue
+        portion = os.path.join(entry, name)
+        if os.path.isfile(portion + ".pkg") or (os.path.isdir(portion) and portion not in path):
+            return True
+    return False

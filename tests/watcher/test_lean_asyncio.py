@@ -11,32 +11,39 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
 
 import pytest
 
+from tests.support import authkit
 from tests.support.agent_rig import REPO
 from tests.support.nats_rig import NatsServer
 from tests.support.wait import wait_for
 from tests.watcher.rig import WatcherRig
+from tests.watcher.test_relay import publish_with_client
 from tests.watcher.test_watcher_process import NODE_SUBJECT, payload
 from watcher.in_thread import in_thread
+from watcher.stand_in import pkgutil_stand_in
 
-KEPT_OUT = ("logging", "traceback", "textwrap", "concurrent.futures")
+KEPT_OUT = ("logging", "traceback", "textwrap", "concurrent.futures", "asyncio.sslproto", "asyncio.staggered")
 
 CHILD = r"""
 import json, sys
 KEPT = sys.argv[1].split(",")
 from watcher.asyncio_import import asyncio
 from watcher.in_thread import in_thread
+from watcher.stand_in import pkgutil_stand_in
 from watcher.stand_in import Deferred, DeferredLogger, futures_stand_in, logging_stand_in
 out = {"after_import": sorted(m for m in KEPT if m in sys.modules)}
 out["held"] = [type(sys.modules["asyncio.futures"].logging) is Deferred,
                type(sys.modules["asyncio.log"].logger) is DeferredLogger,
                type(sys.modules["asyncio.base_events"].traceback) is Deferred,
-               type(sys.modules["asyncio.tasks"].concurrent.futures) is Deferred]
+               type(sys.modules["asyncio.tasks"].concurrent.futures) is Deferred,
+               type(sys.modules["asyncio.selector_events"].sslproto) is Deferred,
+               type(asyncio.staggered) is Deferred]
 out["in_thread"] = asyncio.run(in_thread("probe", lambda a, b: a + b, 40, 2))
 out["after_in_thread"] = sorted(m for m in KEPT if m in sys.modules)
 
@@ -125,6 +132,27 @@ def test_in_thread_cancelled_drops_the_outcome_and_the_loop_goes_on():
     assert asyncio.run(main()) == []
 
 
+@pytest.mark.parametrize("extra", ["none", "a directory", "a .pkg file", "a zip"])
+def test_the_pkgutil_stand_in_extends_a_path_as_pkgutil_does(tmp_path, monkeypatch, extra):
+    import pkgutil
+    import zipfile
+
+    import nats
+    if extra == "a directory":
+        (tmp_path / "nats").mkdir()
+    elif extra == "a .pkg file":
+        (tmp_path / "nats.pkg").write_text(f"# listed\n{tmp_path / 'elsewhere'}\n")
+    elif extra == "a zip":
+        with zipfile.ZipFile(tmp_path / "more.zip", "w") as z:
+            z.writestr("nats/__init__.py", "")
+    entry = str(tmp_path / "more.zip") if extra == "a zip" else str(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, entry] if extra != "none" else list(sys.path))
+    path = list(nats.__path__[:1])
+    mine = pkgutil_stand_in().extend_path(path, "nats")
+    assert mine == pkgutil.extend_path(path, "nats") and mine is not path
+    assert (len(mine) > 1) == (extra != "none")
+
+
 def os_threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
@@ -150,12 +178,33 @@ def test_a_running_watcher_hears_reconnects_and_polls_without_them(tmp_path, emu
 
         modules, threads = rig.loaded()
         assert {"asyncio", "nats.aio.client", "watcher.asyncio_import"} <= modules
-        assert not modules & {*KEPT_OUT, "nats.js.client", "importlib.metadata"}, sorted(modules & {*KEPT_OUT})
+        assert not modules & {*KEPT_OUT, "nats.js.client", "importlib.metadata", "pkgutil"}, sorted(modules)
         # Between two polls: the main thread and zmq's two (I/O, reaper), no pool thread waiting.
         assert threads in (["MainThread"], ["MainThread", "metadata-poll"])
         assert rig.proc is not None
         pid = rig.proc.pid
         wait_for(lambda: os_threads(pid) == 3, 10, "3 threads between two polls", interval=0.005)
+    finally:
+        rig.stop()
+        nats.stop()
+
+
+def test_a_running_watcher_on_a_tls_relay_loads_sslproto_when_it_connects(tmp_path):
+    paths = authkit.tls_setup(str(tmp_path))
+    nats = NatsServer(str(tmp_path / "nats.log"), args=["-c", paths["tls.conf"]]).start()
+    url = f"tls://127.0.0.1:{nats.port}"
+    tls = {"tls_ca": paths["ca.pem"], "tls_cert": paths["client.pem"], "tls_key": paths["client-key.pem"]}
+    rig = WatcherRig(tmp_path / "w", relay=[url], extra={"relay": tls}, probe=True)
+    try:
+        rig.start()
+        rig.wait_counter("relay.connected", timeout=15)
+        ctx = ssl.create_default_context(cafile=paths["ca.pem"])
+        ctx.load_cert_chain(paths["client.pem"], paths["client-key.pem"])
+        publish_with_client(url, NODE_SUBJECT, payload("n-tls"), tls=ctx)
+        assert rig.wait_notice(lambda n: n["id"] == "n-tls")["channel"] == "relay"
+        modules, _ = rig.loaded()
+        assert "asyncio.sslproto" in modules            # the real one, imported at the TLS handshake
+        assert not modules & {"logging", "traceback", "concurrent.futures"}, sorted(modules)
     finally:
         rig.stop()
         nats.stop()
