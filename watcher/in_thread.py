@@ -9,10 +9,11 @@ nothing next to the HTTP round trip.
 """
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from typing import TypeVar
+
+from watcher.asyncio_import import asyncio
 
 T = TypeVar("T")
 
