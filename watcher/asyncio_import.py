@@ -9,16 +9,19 @@ at import time:
 - ``concurrent.futures``: thread and process pools, for ``run_in_executor``/``to_thread``,
   ``wrap_future`` and ``run_coroutine_threadsafe``, none of which the watcher calls
   (``watcher.in_thread`` runs the blocking polls);
-- ``traceback`` (which imports ``textwrap``): asyncio's debug mode and error reports.
+- ``traceback`` (which imports ``textwrap``): asyncio's debug mode and error reports;
+- ``asyncio.sslproto`` (TLS connections only) and ``asyncio.staggered`` (happy eyeballs, which
+  nats-py never asks for).
 
 Each is a stand-in (``watcher.stand_in``) while asyncio is imported: an error reported through
-asyncio's logger, a ``to_thread`` or a debug-mode loop imports the real module then and works
-as before. asyncio's own submodules are all kept: none pays alone (measured), and those that
-export classes (``TaskGroup``, ``Timeout``) could not be stood in for without changing asyncio.
+asyncio's logger, a ``to_thread``, a debug-mode loop or a TLS relay imports the real module then
+and works as before. -0.7 MiB in a forked watcher, with ``watcher.in_thread`` (measured in
+docs/footprint.md, which also says why asyncio's other submodules are kept).
 
-Import this module first, before anything imports asyncio: ``from watcher.asyncio_import import
-asyncio`` at the top of the watcher's entry (tests/watcher/test_lean_asyncio.py checks a running
-watcher). Where asyncio is already loaded it is simply the loaded module.
+Import asyncio through this module, before anything imports it plainly: ``from
+watcher.asyncio_import import asyncio`` in the watcher's entry and in the modules it imports
+first (tests/watcher/test_lean_asyncio.py checks a running watcher). Where asyncio is already
+loaded it is simply the loaded module.
 """
 from __future__ import annotations
 
