@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from watcher import idna_codec
 from watcher.asyncio_import import asyncio
-from watcher.in_thread import in_thread
+from watcher.in_thread import in_thread, join_running
 
 T = TypeVar("T")
 
@@ -39,7 +39,10 @@ class WatcherLoop(asyncio.SelectorEventLoop):
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on a WatcherLoop."""
+    """``asyncio.run(main)`` on a WatcherLoop; like it, returns once the calls off the loop have ended."""
     idna_codec.install()
-    with asyncio.Runner(loop_factory=WatcherLoop) as runner:
-        return runner.run(main)
+    try:
+        with asyncio.Runner(loop_factory=WatcherLoop) as runner:
+            return runner.run(main)
+    finally:
+        join_running()

@@ -16,15 +16,15 @@ from typing import TypeVar
 from watcher.asyncio_import import asyncio
 
 T = TypeVar("T")
+_running: set[threading.Thread] = set()   # calls not finished yet (join_running)
 
 
 async def in_thread(name: str, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` in a new thread called ``name``; its result or its exception, here.
 
     Cancelled (the watcher stopping), the call still runs to its end in its thread, as with
-    ``to_thread``, and its outcome is dropped. The thread is not a daemon: an interpreter that
-    exits waits for a call in flight (a drain acknowledgement being sent), as asyncio.run waits
-    for its pool.
+    ``to_thread``, and its outcome is dropped; ``join_running`` waits for it, as asyncio.run
+    waits for its pool (a drain acknowledgement being sent is not cut off).
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
@@ -46,6 +46,16 @@ async def in_thread(name: str, fn: Callable[..., T], *args: object) -> T:
             loop.call_soon_threadsafe(settle, *outcome)
         except RuntimeError:   # the loop is closed: nobody waits for this any more
             pass
+        finally:
+            _running.discard(thread)
 
-    threading.Thread(target=work, name=name).start()
+    thread = threading.Thread(target=work, name=name)
+    _running.add(thread)
+    thread.start()
     return await done
+
+
+def join_running() -> None:
+    """Wait for the calls still running in their threads (the event loop has stopped)."""
+    for thread in list(_running):
+        thread.join()

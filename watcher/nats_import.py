@@ -15,6 +15,10 @@ never uses (nats-py 2.16.0, nats/aio/client.py):
 - ``aiohttp``, for websocket servers only: blocked unless a ``ws://`` server is configured
   (None in sys.modules makes the import fail at once, the documented way to block one).
 
+Also, as for asyncio (watcher.asyncio_import), ``logging`` and ``traceback`` are stand-ins while
+nats is imported (its ``_logger`` is a deferred one), and so is ``pkgutil``, for the
+``extend_path`` of nats/__init__.py (watcher.stand_in.pkgutil_stand_in).
+
 Where a part is not found (another nats-py layout) it is imported as nats-py does: more
 memory, same behaviour. tests/watcher/test_nats_import.py pins what is and is not loaded.
 """

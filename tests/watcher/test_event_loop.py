@@ -9,11 +9,15 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from tests.support.agent_rig import REPO
-from watcher import idna_codec
+from watcher import event_loop, idna_codec
+from watcher.asyncio_import import asyncio
+from watcher.in_thread import in_thread
 
 NAMES = ["", "localhost", "relay.example-hall-1.internal", "Relay.EXAMPLE.com", "a.", "a..b", ".a", "..",
          "x" * 63 + ".com", "x" * 64 + ".com", "com." + "x" * 63, "com." + "x" * 64, "169.254.169.254",
@@ -43,6 +47,23 @@ def test_decoding_and_the_incremental_and_stream_codecs_are_the_real_ones():
     info.streamwriter(out).write("bücher.example")
     assert out.getvalue() == b"xn--bcher-kva.example"
     assert info.streamreader(io.BytesIO(b"xn--bcher-kva")).read() == "bücher"
+
+
+def test_run_returns_once_a_call_cut_off_by_the_stop_has_ended():
+    started, finished = threading.Event(), threading.Event()
+
+    def acknowledge() -> None:   # e.g. a drain acknowledgement in flight when the watcher stops
+        started.set()
+        time.sleep(0.2)
+        finished.set()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(in_thread("probe-ack", acknowledge))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        task.cancel()
+    event_loop.run(main())
+    assert finished.is_set()
 
 
 CHILD = r"""

@@ -69,6 +69,16 @@ values = {**vars(logging_stand_in()), **vars(futures_stand_in())}
 out["values"] = {k: [v, getattr(logging if hasattr(logging, k) else concurrent.futures, k)]
                  for k, v in values.items() if k.isupper()}
 out["logger"] = sys.modules["asyncio.log"].logger.name
+
+# logging configured now: asyncio's debug records reach it through the deferred logger.
+class Keep(logging.Handler):
+    def emit(self, record):
+        seen.append(record.getMessage())
+seen = []
+logging.getLogger("asyncio").addHandler(Keep())
+logging.getLogger("asyncio").setLevel(logging.DEBUG)
+asyncio.new_event_loop().close()
+out["debug_records"] = seen
 print(json.dumps(out))
 """
 
@@ -93,6 +103,7 @@ def test_asyncio_is_imported_without_them_and_each_loads_when_used():
     assert r["values"] and all(mine == real for mine, real in r["values"].values()), r["values"]
     assert set(r["values"]) >= {"DEBUG", "ERROR", "FIRST_COMPLETED", "ALL_COMPLETED", "FIRST_EXCEPTION"}
     assert r["logger"] == "asyncio"
+    assert r["debug_records"] == ["Using selector: EpollSelector"]   # asyncio's, at every new loop
 
 
 def test_in_thread_returns_raises_and_runs_off_the_loop():
