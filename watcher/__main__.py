@@ -11,7 +11,6 @@ tells the metadata source when a drain is done (Azure acknowledges).
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
@@ -25,6 +24,8 @@ from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
+from watcher import event_loop
+from watcher.asyncio_import import asyncio  # first: asyncio without logging, traceback, concurrent.futures
 from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
@@ -392,7 +393,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
 def main(argv: list[str] | None = None) -> int:
     config, log = start("watcher", argv)
     # Signatures are checked in a child: the Ed25519 library stays out of the long-lived watcher.
-    return asyncio.run(run(config, log, check=in_child()))
+    return event_loop.run(run(config, log, check=in_child()))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from watcher.contract_store import (
 )
 from watcher.contract_verify import Accepted, NodeScope, Rejected
 from watcher.ed25519_check import SignatureCheck, check_here
+from watcher.in_thread import in_thread
 
 LKG_FILE = "contract-lkg.json"
 STATUS_FILE = "contract.json"   # what `sco-agentctl status` shows; not trusted by anyone
@@ -179,7 +180,7 @@ class ContractKeeper:
         interval = self.config.contract.refresh_s
         rng = random.Random()
         while not stop.is_set():
-            if self.adopt(await asyncio.to_thread(self.fetch_once)):
+            if self.adopt(await in_thread("contract-fetch", self.fetch_once)):
                 on_change(self.contract)
             due = next_fetch_at(time.monotonic(), interval, min(REFRESH_JITTER_S, interval / 6), rng.random)
             try:

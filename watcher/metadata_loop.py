@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from common.config import Config
+from watcher.in_thread import in_thread
 from watcher.providers import MetadataError, MetadataSource, PollResult, make_source
 
 # However often something wakes the loop, rounds are at least this far apart.
@@ -86,7 +87,7 @@ async def poll_metadata(host: Host, config: Config, stop: asyncio.Event) -> None
         while not stop.is_set():
             wake.clear()
             started = loop.time()
-            rnd = await asyncio.to_thread(one_round, source, host.take_drained())
+            rnd = await in_thread("metadata-poll", one_round, source, host.take_drained())
             host.on_metadata_round(source.name, rnd)
             await asyncio.sleep(max(0.0, MIN_GAP_S - (loop.time() - started)))
             await _first(stop, wake, timeout=max(0.0, interval_s - (loop.time() - started)))

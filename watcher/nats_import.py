@@ -15,18 +15,23 @@ never uses (nats-py 2.16.0, nats/aio/client.py):
 - ``aiohttp``, for websocket servers only: blocked unless a ``ws://`` server is configured
   (None in sys.modules makes the import fail at once, the documented way to block one).
 
+Also, as for asyncio (watcher.asyncio_import), ``logging`` and ``traceback`` are stand-ins while
+nats is imported (its ``_logger`` is a deferred one), and so is ``pkgutil``, for the
+``extend_path`` of nats/__init__.py (watcher.stand_in.pkgutil_stand_in).
+
 Where a part is not found (another nats-py layout) it is imported as nats-py does: more
 memory, same behaviour. tests/watcher/test_nats_import.py pins what is and is not loaded.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.machinery
 import importlib.util
 import os
 import sys
 import types
 from typing import Any
+
+from watcher.stand_in import Deferred, logging_stand_in, pkgutil_stand_in, standing_in, traceback_stand_in
 
 DISTRIBUTION = "nats-py"
 
@@ -46,7 +51,9 @@ def import_nats(servers: list[str]) -> Any:
     if stand_in is not None:
         sys.modules["importlib.metadata"] = stand_in
     try:
-        import nats  # only the watcher pays for nats-py
+        # logging and traceback as for asyncio (watcher.asyncio_import); pkgutil for nats/__init__.py
+        with standing_in(logging_stand_in(), traceback_stand_in(), pkgutil_stand_in()):
+            import nats  # only the watcher pays for nats-py
     except BaseException:
         if lazy is not None and sys.modules.get("nats.js") is lazy:
             del sys.modules["nats.js"]
@@ -59,27 +66,11 @@ def import_nats(servers: list[str]) -> Any:
     return nats
 
 
-class _Deferred(types.ModuleType):
-    """Stands in for a module until an attribute it lacks is read; then imports the real one.
-
-    Not ``importlib.util.LazyLoader``: the import system reads ``__spec__`` of every module
-    it finds in sys.modules (``import nats.js`` in nats-py does), which would run a lazily
-    loaded module at once.
-    """
-
-    def __getattr__(self, attr: str) -> Any:
-        name = self.__name__
-        if sys.modules.get(name) is self:
-            del sys.modules[name]
-        real = importlib.import_module(name)   # sets the parent's attribute to the real module
-        return getattr(real, attr)
-
-
 def _lazy_module(name: str, location: list[str]) -> types.ModuleType | None:
     """A stand-in for ``name`` that imports it at first use; None if it is not where expected."""
     if not location or importlib.machinery.PathFinder.find_spec(name, location) is None:
         return None
-    return _Deferred(name)
+    return Deferred(name)
 
 
 def _metadata_stand_in(location: list[str]) -> types.ModuleType | None:

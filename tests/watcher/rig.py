@@ -9,7 +9,9 @@ their own thread (sockets are not thread-safe) and keep what they received.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -70,13 +72,32 @@ class NoticeSub:
         self._thread.join(5)
 
 
+# The watcher as ``python -m watcher`` runs it, answering SIGUSR1 with what it has loaded: its
+# sys.modules and Python threads, written to the file named by SCO_TEST_PROBE (the signal
+# handler imports nothing).
+PROBE = r"""
+import os, runpy, signal, sys, threading
+
+def dump(signum, frame):
+    path = os.environ["SCO_TEST_PROBE"]
+    with open(path + ".tmp", "w") as f:
+        f.write(" ".join(sorted(sys.modules)) + "\n" + " ".join(sorted(t.name for t in threading.enumerate())))
+    os.replace(path + ".tmp", path)
+
+signal.signal(signal.SIGUSR1, dump)
+sys.argv[0] = "watcher"
+runpy.run_module("watcher", run_name="__main__", alter_sys=True)
+"""
+
+
 class WatcherRig:
     """One watcher process with a fake spool and a notice subscriber, in ``base``."""
 
     def __init__(self, base: str, relay: list[str] | None = None, provider: str = "none", url: str = "",
                  node: str = "node-a", hall: str = "h1", interval_s: float = 0.3,
-                 extra: dict[str, dict[str, Any]] | None = None) -> None:
+                 extra: dict[str, dict[str, Any]] | None = None, probe: bool = False) -> None:
         self.base = str(base)
+        self.probe_path = os.path.join(self.base, "probe.txt") if probe else ""
         self.run_dir = os.path.join(self.base, "run")
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         self.config_path = os.path.join(self.base, "watcher.toml")
@@ -106,9 +127,10 @@ class WatcherRig:
         return self
 
     def start_watcher(self) -> None:
-        env = dict(os.environ, PYTHONPATH=REPO)
+        env = dict(os.environ, PYTHONPATH=REPO, SCO_TEST_PROBE=self.probe_path)
+        how = ["-c", PROBE] if self.probe_path else ["-m", "watcher"]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "watcher", "--config", self.config_path],
+            self.proc = subprocess.Popen([sys.executable, *how, "--config", self.config_path],
                                          cwd=REPO, env=env, stdout=log, stderr=log)
 
     def stop_watcher(self, sig_kill: bool = False) -> int | None:
@@ -121,6 +143,18 @@ class WatcherRig:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait(10)
+
+    def loaded(self) -> tuple[set[str], list[str]]:
+        """The running watcher's sys.modules and Python thread names (a rig made with ``probe=True``)."""
+        if self.proc is None or not self.probe_path:
+            raise RuntimeError("no probed watcher running")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.probe_path)
+        self.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: os.path.exists(self.probe_path), 10, "the watcher's probe file")
+        with open(self.probe_path) as f:
+            modules, threads = f.read().split("\n")
+        return set(modules.split()), threads.split()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
