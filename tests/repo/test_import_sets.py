@@ -65,7 +65,9 @@ PROCESSES = {
     "verifier": ("verifier.__main__", EVERYWHERE | NOT_WATCHER | NO_HTTP),
     "executor": ("executor.__main__", EVERYWHERE | NOT_WATCHER),
     # cryptography is imported when a signature is verified, never at start without a contract.
-    "watcher": ("watcher.__main__", EVERYWHERE | {"cryptography"}),
+    # asyncio and nats-py come in through stand-ins that keep these out until used
+    # (watcher/asyncio_import.py, docs/footprint.md "fourth pass").
+    "watcher": ("watcher.__main__", EVERYWHERE | {"cryptography", "logging", "traceback", "concurrent.futures"}),
 }
 
 
