@@ -21,6 +21,7 @@ can be misnamed; what it is for is the ranking of the biggest owners (docs/footp
 from __future__ import annotations
 
 import argparse
+import os
 import struct
 import sys
 from collections import Counter
@@ -40,11 +41,27 @@ NO_HEADER = "(no object header)"
 SUPERVISORD_WROTE = "(the original, still shared with a sibling: supervisord wrote its own copy)"
 
 
-def _libpython_base(pid: int | str) -> tuple[int, str] | None:
+def _interpreter_file(pid: int | str) -> str | None:
+    """The file that holds the interpreter's code and static objects: libpython where the
+    interpreter is linked against it (pyenv's and python.org's builds), else the executable itself
+    (Debian's /usr/bin/python3.11 is linked statically: it maps no libpython)."""
     with open(f"/proc/{pid}/maps") as maps:
         for line in maps:
             parts = line.split()
-            if len(parts) > 5 and "libpython" in parts[5] and int(parts[2], 16) == 0:
+            if len(parts) > 5 and os.path.basename(parts[5]).startswith("libpython"):
+                return parts[5]
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def _libpython_base(pid: int | str) -> tuple[int, str] | None:
+    image = _interpreter_file(pid)
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if len(parts) > 5 and parts[5] == image and int(parts[2], 16) == 0:
                 return int(parts[0].split("-")[0], 16), parts[5]
     return None
 
@@ -52,10 +69,11 @@ def _libpython_base(pid: int | str) -> tuple[int, str] | None:
 def _libpython_data(pid: int) -> dict[int, int]:
     """Address -> frame of libpython's resident private writable pages (its static objects)."""
     out: dict[int, int] = {}
+    image = _interpreter_file(pid)
     with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
         for line in maps:
             parts = line.split()
-            if len(parts) > 5 and "libpython" in parts[5] and parts[1].startswith("rw"):
+            if len(parts) > 5 and parts[5] == image and parts[1].startswith("rw"):
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
                 pagemap.seek(lo // PAGE * 8)
                 for i, (entry,) in enumerate(struct.iter_unpack("<Q", pagemap.read((hi - lo) // PAGE * 8))):
