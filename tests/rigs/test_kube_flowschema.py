@@ -41,13 +41,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
         yield server
 
 
-@pytest.fixture()
-def admin(kube: RealApiServer) -> Iterator[KubeClient]:
-    client = kube.client()
-    yield client
-    client.close()
-
-
 def pf(headers: object) -> tuple[str, str]:
     get = headers.get  # type: ignore[attr-defined]
     return get("X-Kubernetes-PF-FlowSchema-UID", ""), get("X-Kubernetes-PF-PriorityLevel-UID", "")

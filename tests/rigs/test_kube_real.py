@@ -42,13 +42,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
 
 
 @pytest.fixture()
-def admin(kube: RealApiServer) -> Iterator[KubeClient]:
-    client = kube.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture()
 def ns(admin: KubeClient) -> str:
     """A fresh namespace per test (no namespace controller: they are never cleaned, only unique)."""
     name = f"t-{uuid.uuid4().hex[:8]}"

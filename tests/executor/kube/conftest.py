@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import Drain
 
 
@@ -15,3 +16,10 @@ def drains() -> Iterator[list[Drain]]:
     yield started
     for d in started:
         d.stop()
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One Kubernetes emulator per module (each test's ``kube`` fixture resets it)."""
+    with kube_emulator(tmp_path_factory.mktemp("kube"), grace_cap=0.1) as kube:
+        yield kube

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from executor.kube.api import KubeApi
-from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
 from tests.support.wait import wait_for
 
@@ -23,12 +22,6 @@ PODS, NAMESPACES = 30, ("team-a", "team-b", "team-c")
 # The figure docs/kubernetes.md reports: every request of a 30-pod drain but the evictions (with
 # one PDB watch per namespace: 3 more than without, and no refused eviction instead of 10).
 NON_EVICTION_BOUND = 14
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with kube_emulator(tmp_path_factory.mktemp("kube"), grace_cap=0.1) as kube:
-        yield kube
 
 
 @pytest.fixture

@@ -18,12 +18,6 @@ from tests.support.wait import wait_for
 FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with kube_emulator(tmp_path_factory.mktemp("kube"), grace_cap=0.1) as kube:
-        yield kube
-
-
 @pytest.fixture
 def kube(emulator):
     emulator.reset()
