@@ -55,14 +55,19 @@ class BudgetStatus:
     accounted: frozenset[str] = frozenset()   # pods any seen version listed in disruptedPods
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset()) -> BudgetStatus:
-    md, st = pdb.get("metadata") or {}, pdb.get("status") or {}
+    # A field of the wrong shape reads as absent (no room known), never as an exception in the drain.
+    md, st = _dict(pdb.get("metadata")), _dict(pdb.get("status"))
     generation = _int(md.get("generation")) or 1
     return BudgetStatus(allowed=_int(st.get("disruptionsAllowed")),
                         processed=_int(st.get("observedGeneration")) >= generation,
                         current_healthy=_int(st.get("currentHealthy")),
                         desired_healthy=_int(st.get("desiredHealthy")),
-                        accounted=accounted | frozenset(st.get("disruptedPods") or {}))
+                        accounted=accounted | frozenset(_dict(st.get("disruptedPods"))))
 
 
 def _key(pdb: dict[str, Any]) -> str:

@@ -146,3 +146,15 @@ def test_the_plan_is_redone_when_a_pod_or_a_pdb_spec_changes_not_when_only_a_sta
     wider["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
     book.observe(moved, [wider], 1.3)
     assert book.plan.targets["u-b"].pdbs == ("ns/web",)
+
+
+def test_a_pdb_of_the_wrong_shape_reads_as_no_room_known_never_an_exception():
+    for garbage in ({"metadata": [], "status": "x"}, {"status": {"disruptionsAllowed": "9", "disruptedPods": 5}},
+                    {"status": {"disruptedPods": ["a"], "observedGeneration": None}}, {}):
+        st = status_of(garbage)
+        assert st.allowed == 0 and st.accounted == frozenset()
+    view = PdbView()
+    view.reset([{"metadata": {"namespace": "ns", "name": "a"}, "status": {"disruptedPods": 7}}], "1")
+    gate = BudgetGate()
+    gate.update(view.statuses(), now=0.0)
+    assert gate.verdict(("ns/a",), pod("x")) == CLOSED
