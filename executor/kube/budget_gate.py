@@ -21,11 +21,21 @@ and asks ``BudgetGate`` before each eviction:
 - ``CLOSED``: some PDB has no room: do not send; the watch wakes the drain when it changes.
 
 Room = the server's ``disruptionsAllowed`` less this drain's accepted evictions the status does
-not yet account for (``took``). One is accounted for once any version of the status the watch
-delivered listed the pod in ``disruptedPods`` (``PdbView.accounted``: the eviction's own write
-does, and every later write either still lists it or counts it unhealthy). A local decrement
-the watch never confirms (the watch relisted past that write) lapses after ``TAKEN_TTL_S``:
-then the server's answer decides, as it always does -- a refusal still backs off as before.
+not yet account for (``took``). The watch may lag the server by tens of seconds under load, and a
+lagging status still shows the room the eviction took, so an accepted eviction stays counted until
+the watched status has caught up with it -- not until a timer runs out:
+
+- any version of the status the watch delivered lists the pod in ``disruptedPods``
+  (``PdbView.accounted``): eviction.go's own write does, and every later write either still lists
+  it or, the pod terminating, counts it unhealthy (the controller drops a terminating pod from
+  ``disruptedPods`` and never counts it healthy again), so versions after it account for it too;
+- or the view was filled by a list sent after the eviction was accepted (``listed_at``, the
+  monotonic time the list was sent): the list is a consistent read, so it shows the eviction's
+  write or what followed it (this covers a relist that skipped the version listing the pod);
+- or ``TAKEN_MAX_S`` passed on the monotonic clock since it was accepted: the bound for a PDB whose
+  watched status never moves (a stuck watch). It is the controller's own ``DeletionTimeout`` (2
+  min), after which the server itself forgets an eviction it never saw carried out; past it the
+  server's answer decides alone, as it always may -- a refusal still backs off.
 """
 from __future__ import annotations
 
@@ -35,10 +45,9 @@ from typing import Any
 from executor.kube.pod_view import apply_event
 
 OPEN, FREE, CLOSED = "open", "free", "closed"
-# Long: under load the watch lags the server by seconds, and a decrement that lapses while the watch
-# still lags is an eviction the server refuses (measured at 200 nodes with 5 s: thousands of 429s).
-# The watch skips a status version only when it relists, which is rare.
-TAKEN_TTL_S = 30.0
+# pkg/controller/disruption DeletionTimeout: how long the server keeps an eviction in disruptedPods
+# without seeing the pod terminate. A bound only: the watch catching up confirms far sooner.
+TAKEN_MAX_S = 120.0
 _IGNORE_PDB_PHASES = ("Pending", "Succeeded", "Failed")   # eviction.go: canIgnorePDB
 
 
@@ -53,13 +62,15 @@ class BudgetStatus:
     current_healthy: int
     desired_healthy: int
     accounted: frozenset[str] = frozenset()   # pods any seen version listed in disruptedPods
+    listed_at: float = float("-inf")          # monotonic time the list behind this view was sent
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset()) -> BudgetStatus:
+def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset(),
+              listed_at: float = float("-inf")) -> BudgetStatus:
     # A field of the wrong shape reads as absent (no room known), never as an exception in the drain.
     md, st = _dict(pdb.get("metadata")), _dict(pdb.get("status"))
     generation = _int(md.get("generation")) or 1
@@ -67,7 +78,8 @@ def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset()) -> B
                         processed=_int(st.get("observedGeneration")) >= generation,
                         current_healthy=_int(st.get("currentHealthy")),
                         desired_healthy=_int(st.get("desiredHealthy")),
-                        accounted=accounted | frozenset(_dict(st.get("disruptedPods"))))
+                        accounted=accounted | frozenset(_dict(st.get("disruptedPods"))),
+                        listed_at=listed_at)
 
 
 def _key(pdb: dict[str, Any]) -> str:
@@ -82,9 +94,10 @@ class PdbView:
     pdbs: dict[str, dict[str, Any]] = field(default_factory=dict)    # by "ns/name"
     accounted: dict[str, frozenset[str]] = field(default_factory=dict)
     resource_version: str = ""
+    listed_at: float = float("-inf")   # set by the ListWatcher: when the list behind it was sent
 
     def reset(self, items: list[dict[str, Any]], resource_version: str) -> None:
-        # A relist may skip status versions: what they recorded is lost (``TAKEN_TTL_S`` covers it).
+        # A relist may skip status versions; the list is newer than they are (``listed_at``).
         self.pdbs = {_key(p): p for p in items}
         self.accounted = {k: status_of(p).accounted for k, p in self.pdbs.items()}
         self.resource_version = resource_version
@@ -105,7 +118,7 @@ class PdbView:
         return list(self.pdbs.values())
 
     def statuses(self) -> dict[str, BudgetStatus]:
-        return {k: status_of(p, self.accounted.get(k, frozenset())) for k, p in self.pdbs.items()}
+        return {k: status_of(p, self.accounted.get(k, frozenset()), self.listed_at) for k, p in self.pdbs.items()}
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -117,21 +130,31 @@ def _name(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")
 
 
+def _caught_up(seen: BudgetStatus | None, pod: str, accepted_at: float | None) -> bool:
+    """Does this watched status account for the pod's accepted eviction?"""
+    if seen is None:
+        return False
+    return pod in seen.accounted or (accepted_at is not None and seen.listed_at > accepted_at)
+
+
 class BudgetGate:
     """The drain's view of its PDBs' room: the watched statuses plus its own unconfirmed evictions."""
 
     def __init__(self) -> None:
         self.statuses: dict[str, BudgetStatus] = {}
-        self.taken: dict[str, dict[str, float]] = {}   # "ns/name" -> pod name -> accepted at
+        # "ns/name" -> pod name -> accepted at (monotonic; None: no clock given, never lapses)
+        self.taken: dict[str, dict[str, float | None]] = {}
 
-    def update(self, statuses: dict[str, BudgetStatus] | None, now: float) -> None:
+    def update(self, statuses: dict[str, BudgetStatus] | None, now: float | None) -> None:
         """The statuses as watched now (None: not watched, e.g. the watch is failing: the server
-        decides alone); drops the evictions they account for and those past TAKEN_TTL_S."""
+        decides alone); drops the evictions they have caught up with, and those accepted
+        TAKEN_MAX_S ago or more (``now``: the monotonic clock; None: none lapses)."""
         self.statuses = dict(statuses or {})
         for key in list(self.taken):
             seen = self.statuses.get(key)
             kept = {pod: at for pod, at in self.taken[key].items()
-                    if now - at < TAKEN_TTL_S and (seen is None or pod not in seen.accounted)}
+                    if not _caught_up(seen, pod, at) and not (now is not None and at is not None
+                                                              and now - at >= TAKEN_MAX_S)}
             if kept:
                 self.taken[key] = kept
             else:
@@ -162,8 +185,9 @@ class BudgetGate:
             return CLOSED
         return OPEN if all(r is not None for r in rooms) else FREE
 
-    def took(self, pdbs: tuple[str, ...], pod: dict[str, Any], now: float) -> None:
-        """The server accepted the pod's eviction: count it against its PDB until the status does."""
+    def took(self, pdbs: tuple[str, ...], pod: dict[str, Any], now: float | None) -> None:
+        """The server accepted the pod's eviction (``now``: the monotonic clock when the drain
+        heard it): count it against its PDB until the watched status has caught up with it."""
         if self._free(pdbs, pod):
             return
         name = _name(pod)

@@ -161,13 +161,15 @@ class EvictionBook:
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
-                now: float | None = None, budgets: dict[str, BudgetStatus] | None = None) -> None:
+                now: float | None = None, budgets: dict[str, BudgetStatus] | None = None,
+                mono: float | None = None) -> None:
         """A fresh listing of the node: replan, and learn which pods left or appeared. With ``now``,
         a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
         moment the budget can allow the next one, sooner than the backoff would say. ``budgets``:
-        the PDBs' status as watched now ("ns/name" -> status; None: not watched)."""
+        the PDBs' status as watched now ("ns/name" -> status; None: not watched); ``mono``: the
+        monotonic clock now (the budget gate's bound; None: its evictions never lapse)."""
         self._replan(pods, pdbs)
-        self.gate.update(budgets, float("-inf") if now is None else now)
+        self.gate.update(budgets, mono)
         freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase != IN_FLIGHT:
@@ -201,9 +203,11 @@ class EvictionBook:
             if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
                 self.states[uid] = dataclasses.replace(st, retry_at=at)
 
-    def answer(self, uid: str, answer: Answer, now: float, draw: float = 0.0) -> list[Emit]:
+    def answer(self, uid: str, answer: Answer, now: float, draw: float = 0.0,
+               mono: float | None = None) -> list[Emit]:
         """Feed the answer to the pod's call in flight; ``draw``: a random number in [0, 1) for
-        its retry's jitter (passed in, so the book stays deterministic under test)."""
+        its retry's jitter (passed in, so the book stays deterministic under test); ``mono``: the
+        monotonic clock now (when the budget gate counts an accepted eviction from)."""
         st = self.states.get(uid)
         if st is None or st.phase != IN_FLIGHT:
             return []
@@ -221,7 +225,7 @@ class EvictionBook:
             data = dict(base, attempts=st.attempts + 1, grace_s=st.grace_s)
             if st.op == "delete":
                 return [Emit("drain.deleted", dict(data, reason="pdb_blocked"))]
-            self.gate.took(t.pdbs, t.pod, now)
+            self.gate.took(t.pdbs, t.pod, mono)
             return [Emit("drain.evicted", data)]
         if answer.outcome == "refused":
             return [Emit("drain.error", dict(base, error=new.error))]

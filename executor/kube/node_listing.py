@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +36,11 @@ class Sight:
 
 
 def _pdb_watcher(make_api: Callable[[], KubeApi], on_change: Callable[[], None], namespace: str,
-                 listed: tuple[list[dict[str, Any]], str]) -> ListWatcher[PdbView]:
+                 listed: tuple[list[dict[str, Any]], str], listed_at: float) -> ListWatcher[PdbView]:
     return ListWatcher(make_api, on_change, lambda api: api.list_pdbs_at(namespace),
                        lambda api, rv, timeout: api.watch_pdbs(namespace, rv, timeout),
-                       lambda api: PdbView(), initial=listed, name=f"pdb-watch-{namespace[:20]}")
+                       lambda api: PdbView(), initial=listed, initial_at=listed_at,
+                       name=f"pdb-watch-{namespace[:20]}")
 
 
 class NodeListing:
@@ -84,6 +86,7 @@ class NodeListing:
     def _read_pdbs(self, namespaces: frozenset[str] | set[str], now: float) -> None:
         for ns in sorted(namespaces):
             try:
+                listed_at = time.monotonic()   # the budget gate trusts a list sent after an eviction
                 listed = self._api.list_pdbs_at(ns)
             except Throttled:
                 raise
@@ -95,7 +98,7 @@ class NodeListing:
                 continue
             self._unreadable.discard(ns)
             self._last_pdbs[ns] = listed[0]
-            self.pdb_watchers[ns] = _pdb_watcher(self._shared_api, self._on_change, ns, listed).start()
+            self.pdb_watchers[ns] = _pdb_watcher(self._shared_api, self._on_change, ns, listed, listed_at).start()
 
     def _shared_api(self) -> KubeApi:
         """A client of its own for a watch, knowing the eviction version already (no discovery)."""

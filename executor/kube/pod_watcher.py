@@ -35,6 +35,7 @@ RETRY_S = 1.0             # a watch the server cut at once waits this before the
 
 class View(Protocol):
     resource_version: str
+    listed_at: float   # the watcher's clock when the list behind the view was sent
 
     def reset(self, items: list[dict[str, Any]], resource_version: str) -> None: ...
 
@@ -47,18 +48,21 @@ Listed = tuple[list[dict[str, Any]], str]
 
 class ListWatcher(Generic[V]):
     """``list_at(api)``: (items, resourceVersion); ``watch(api, rv, timeout_s)``: the events after
-    it; ``new_view(api)``: an empty view. ``initial``: a list already made (watch from it)."""
+    it; ``new_view(api)``: an empty view. ``initial``: a list already made (watch from it), sent
+    at ``initial_at`` on ``clock`` (monotonic): each view carries when its list was sent."""
 
     def __init__(self, make_api: Callable[[], KubeApi], on_change: Callable[[], None],  # noqa: PLR0913 -- the three calls by name
                  list_at: Callable[[KubeApi], Listed],
                  watch: Callable[[KubeApi, str, int], Iterator[dict[str, Any]]],
                  new_view: Callable[[KubeApi], V], *, initial: Listed | None = None,
+                 initial_at: float = float("-inf"),
                  clock: Callable[[], float] = time.monotonic, rand: Callable[[], float] = random.random,
                  name: str = "watch") -> None:
         self._make_api = make_api
         self._on_change = on_change
         self._list_at, self._watch_of, self._new_view = list_at, watch, new_view
         self._initial = initial
+        self._initial_at = initial_at
         self._clock = clock
         self._rand = rand
         self._lock = threading.Lock()
@@ -93,9 +97,10 @@ class ListWatcher(Generic[V]):
             self._failure = failure
         self._on_change()
 
-    def _fill(self, api: KubeApi, listed: Listed) -> None:
+    def _fill(self, api: KubeApi, listed: Listed, listed_at: float) -> None:
         view = self._new_view(api)
         view.reset(*listed)
+        view.listed_at = listed_at
         with self._lock:
             self._view, self._failure = view, None
         self._on_change()
@@ -106,7 +111,7 @@ class ListWatcher(Generic[V]):
         last_list = float("-inf")
         relist = True
         if self._initial is not None:
-            self._fill(api, self._initial)
+            self._fill(api, self._initial, self._initial_at)
             last_list, relist, self._initial = self._clock(), False, None
         try:
             while not self._stop.is_set():
@@ -115,7 +120,7 @@ class ListWatcher(Generic[V]):
                         self._stop.wait(max(0.0, last_list + RELIST_MIN_S - self._clock()))
                         last_list = self._clock()
                         self.lists += 1
-                        self._fill(api, self._list_at(api))
+                        self._fill(api, self._list_at(api), last_list)
                         relist = False
                     relist = self._follow(api)
                     throttles = errors = 0

@@ -228,7 +228,7 @@ class DrainRunner:
                 if sight.pods is None:   # the first list is not in yet
                     self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
                     continue
-                book.observe(sight.pods, sight.pdbs, now, sight.budgets)
+                book.observe(sight.pods, sight.pdbs, now, sight.budgets, mono=time.monotonic())
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
@@ -296,7 +296,7 @@ class DrainRunner:
                     self._health.failed(self._clock())
                 else:
                     self._health.ok()
-                self._forward(book.answer(uid, answer, self._clock(), self._rand()))
+                self._forward(book.answer(uid, answer, self._clock(), self._rand(), mono=time.monotonic()))
             try:
                 uid, answer = self._answers.get_nowait()
             except queue.Empty:

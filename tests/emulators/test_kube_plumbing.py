@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,6 +93,25 @@ def test_watch_list_sends_initial_events_then_bookmark(api: Client) -> None:
     assert bookmark["type"] == "BOOKMARK"
     assert bookmark["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     conn.close()
+
+
+def test_a_lagging_watch_delivers_each_change_that_long_after_its_write_in_order(api: Client) -> None:
+    """``watch_lag``: one resource's watches trail the store; other watches and lists do not."""
+    api.server.app.options = Options(grace_cap=0.05, watch_lag={"poddisruptionbudgets": 0.6})
+    rv = _rv(api)
+    pdbs = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+    late, late_resp = _watch(api.server, f"resourceVersion={rv}&timeoutSeconds=30", path=pdbs)
+    prompt, prompt_resp = _watch(api.server, f"resourceVersion={rv}&timeoutSeconds=30")
+    written = time.monotonic()
+    api.ok("POST", pdbs, o.pdb("web", {"app": "web"}, max_unavailable=1))
+    api.ok("POST", "/api/v1/namespaces/default/pods", o.pod("p", "n1", phase=None))
+    assert _events(prompt_resp, 1) == [("ADDED", "p")]
+    assert time.monotonic() - written < 0.6                       # the pods' watch is not held
+    assert [i["metadata"]["name"] for i in api.ok("GET", pdbs)["items"]] == ["web"]   # a list is current
+    assert _events(late_resp, 1) == [("ADDED", "web")]
+    assert time.monotonic() - written >= 0.6                      # the PDBs' watch is
+    late.close()
+    prompt.close()
 
 
 def test_watch_from_compacted_resource_version_is_410() -> None:

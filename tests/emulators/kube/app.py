@@ -135,7 +135,10 @@ class KubeApp(BaseApp):
         return {"resourceVersion": self.store.resource_version}
 
     def _events(self, watch: WatchRequest, stopped: Callable[[], bool]) -> Iterator[bytes]:
-        for event in watch_events(self.store, watch, self.clock, stopped):
+        def lag() -> float:
+            return float(self.options.watch_lag.get(watch.rt.name, 0.0))
+
+        for event in watch_events(self.store, watch, self.clock, stopped, lag):
             yield json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 

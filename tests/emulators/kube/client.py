@@ -61,7 +61,8 @@ class KubeControl(ControlClient):
         return self.call("options")
 
     def set_options(self, **changes: Any) -> dict[str, Any]:
-        """Runtime settings: kubelet, grace_cap, start_delay, replicasets, tokens."""
+        """Runtime settings: kubelet, grace_cap, start_delay, replicasets, tokens, watch_lag
+        (``{"poddisruptionbudgets": 40}``: that resource's watches deliver each change 40 s late)."""
         return self.call("options", changes)
 
     def evictions(self, since: int = 0) -> list[tuple[str, str, int]]:

@@ -33,6 +33,12 @@ class Options:
     tokens: dict[str, str] = field(default_factory=dict)
     # Watch events kept; a watch from an older resourceVersion gets 410 Gone.
     history: int = 20000
+    # Resource (plural, e.g. "poddisruptionbudgets") -> seconds its watches lag the store: each
+    # event reaches a watcher that long after it was written, in order, as from an API server
+    # whose watch cache or send buffers trail etcd under load (the bench measured PDB watches
+    # seconds behind at 300+ nodes). Lists are not delayed: a list without resourceVersion is a
+    # consistent read (etcd, or since 1.31 the cache once it has caught up), so it is current.
+    watch_lag: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bad = [v for v in self.policy_versions if v not in POLICY_VERSIONS]
@@ -45,10 +51,13 @@ class Options:
             raise ValueError("tick must be > 0 and history >= 10")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.tokens.items()):
             raise ValueError("tokens must map strings to strings")
+        if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                   for k, v in self.watch_lag.items()):
+            raise ValueError("watch_lag must map resource names to seconds >= 0")
 
 
 # Settings a running emulator accepts through POST /_emu/options.
-RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens")
+RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens", "watch_lag")
 
 
 def with_changes(options: Options, changes: dict[str, Any]) -> Options:
@@ -68,7 +77,7 @@ def with_changes(options: Options, changes: dict[str, Any]) -> Options:
             typed[key] = float(value)
         else:
             if not isinstance(value, dict):
-                raise ValueError("tokens must be an object")
+                raise ValueError(f"{key} must be an object")
             typed[key] = dict(value)
     return dataclasses.replace(options, **typed)
 

@@ -38,6 +38,7 @@ class WatchEvent:
     resource: str
     obj: dict[str, Any]
     old: dict[str, Any] | None
+    at: float = 0.0  # the store's clock when written (a lagging watch delivers it later)
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -92,7 +93,7 @@ class Store:
             self._objects[rt.name].pop(_key(obj), None)
         else:
             self._objects[rt.name][_key(obj)] = obj
-        self._events.append(WatchEvent(self._rv, kind, rt.name, obj, old))
+        self._events.append(WatchEvent(self._rv, kind, rt.name, obj, old, self.clock()))
         self.cond.notify_all()
         return copy.deepcopy(obj)
 

@@ -6,6 +6,7 @@ selectors is sent as DELETED, one that starts matching as ADDED.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +54,9 @@ def _too_old(rv: int, current: int) -> dict[str, Any]:
 
 
 def watch_events(store: Store, req: WatchRequest, clock: Callable[[], float],
-                 stopped: Callable[[], bool]) -> Iterator[dict[str, Any]]:
-    """Events for one watch until its timeout, the server stopping, or a 410."""
+                 stopped: Callable[[], bool], lag: Callable[[], float] = lambda: 0.0) -> Iterator[dict[str, Any]]:
+    """Events for one watch until its timeout, the server stopping, or a 410; ``lag()``: seconds
+    each change reaches this watcher after it was written (``Options.watch_lag``)."""
     first = True
 
     def render(obj: dict[str, Any]) -> dict[str, Any]:
@@ -68,14 +70,23 @@ def watch_events(store: Store, req: WatchRequest, clock: Callable[[], float],
         first = False
         return doc
 
-    for event in _raw_events(store, req, clock, stopped):
+    for event in _raw_events(store, req, clock, stopped, lag):
         if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
             event["object"] = render(event["object"])
         yield event
 
 
+def _held_until(due: float, deadline: float, clock: Callable[[], float], stopped: Callable[[], bool]) -> bool:
+    """Wait until ``due``; False if the watch ends first (its timeout, or the server stopping)."""
+    while (now := clock()) < due:
+        if stopped() or now >= deadline:
+            return False
+        time.sleep(min(0.05, due - now))
+    return True
+
+
 def _raw_events(store: Store, req: WatchRequest, clock: Callable[[], float],
-                stopped: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+                stopped: Callable[[], bool], lag: Callable[[], float]) -> Iterator[dict[str, Any]]:
     deadline = clock() + req.timeout
     if req.resource_version in ("", "0") or req.send_initial_events:
         items, last = store.snapshot(req.rt, req.accept)
@@ -99,9 +110,14 @@ def _raw_events(store: Store, req: WatchRequest, clock: Callable[[], float],
             store.wait_for_change(last, min(remaining, 0.5))
             continue
         for ev in events:
-            last = ev.rv
             if ev.resource != req.rt.name:
+                last = ev.rv
                 continue
             kind = classify(ev, req.accept)
             if kind is not None:
+                # A lagging watch: the change is sent that long after its write; a watch that ends
+                # first never sent it, and the client's next watch from its last RV gets it again.
+                if not _held_until(ev.at + lag(), deadline, clock, stopped):
+                    return
                 yield {"type": kind, "object": ev.obj}
+            last = ev.rv

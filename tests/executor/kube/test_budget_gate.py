@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.wire import PhaseEnds
-from executor.kube.budget_gate import CLOSED, FREE, OPEN, TAKEN_TTL_S, BudgetGate, PdbView, status_of
+from executor.kube.budget_gate import CLOSED, FREE, OPEN, TAKEN_MAX_S, BudgetGate, PdbView, status_of
 from executor.kube.eviction_book import Answer, EvictionBook, Inputs
 from executor.kube.pod_view import RELIST
 
@@ -87,13 +87,53 @@ def test_a_status_seen_before_the_answer_is_not_counted_again():
     assert gate.taken == {}
 
 
-def test_an_unconfirmed_local_decrement_lapses_and_the_server_decides_again():
+def test_an_eviction_stays_counted_while_the_watch_lags_however_long():
+    # The watch lags 40 s: every status it delivers meanwhile predates the eviction's write and
+    # still shows the room the eviction took. A wall-clock TTL of 30 s would count it as room.
+    view = PdbView()
+    view.reset([pdb("web", 1)], "1")
+    view.listed_at = 5.0
+    gate = BudgetGate()
+    gate.update(view.statuses(), 10.0)
+    gate.took(("ns/web",), pod("a"), 10.0)
+    for t in (20.0, 40.0, 50.0, 10.0 + TAKEN_MAX_S - 0.1):
+        view.apply({"type": "MODIFIED", "object": pdb("web", 1, rv="2", healthy=5)})   # an older write
+        gate.update(view.statuses(), t)
+        assert gate.verdict(("ns/web",), pod("b")) == CLOSED, t
+    # It arrives at last: the eviction's own write, listing the pod: counted by the server now.
+    view.apply({"type": "MODIFIED", "object": pdb("web", 0, disrupted=("a",), rv="3")})
+    gate.update(view.statuses(), 10.0 + TAKEN_MAX_S - 0.1)
+    assert gate.taken == {} and gate.room("ns/web") == 0
+
+
+def test_a_list_sent_after_the_eviction_accounts_for_it_one_sent_before_does_not():
+    # A relist may skip the version listing the pod (the controller has since dropped it, the pod
+    # terminating): a consistent list sent after the answer shows the write or what followed it.
     gate = gate_with(pdb("web", 1))
     gate.took(("ns/web",), pod("a"), 10.0)
-    gate.update(gate.statuses, 10.0 + TAKEN_TTL_S - 0.1)
+    before = PdbView()
+    before.reset([pdb("web", 1, rv="2")], "2")
+    before.listed_at = 9.9                           # sent before the answer: may predate the write
+    gate.update(before.statuses(), 11.0)
+    assert gate.room("ns/web") == 0
+    after = PdbView()
+    after.reset([pdb("web", 1, rv="9", healthy=4)], "9")
+    after.listed_at = 10.5
+    gate.update(after.statuses(), 11.0)
+    assert gate.taken == {} and gate.room("ns/web") == 1
+
+
+def test_an_eviction_the_status_never_catches_up_with_lapses_at_the_bound_on_the_monotonic_clock():
+    gate = gate_with(pdb("web", 1))
+    gate.took(("ns/web",), pod("a"), 10.0)
+    gate.update(gate.statuses, 10.0 + TAKEN_MAX_S - 0.1)
     assert gate.verdict(("ns/web",), pod("b")) == CLOSED
-    gate.update(gate.statuses, 10.0 + TAKEN_TTL_S)
+    gate.update(gate.statuses, 10.0 + TAKEN_MAX_S)
     assert gate.verdict(("ns/web",), pod("b")) == OPEN
+    # Without a clock given nothing lapses (the server's refusal still decides).
+    gate.took(("ns/web",), pod("b"), None)
+    gate.update(gate.statuses, 1e9)
+    assert gate.verdict(("ns/web",), pod("c")) == CLOSED
 
 
 def test_the_view_relists_on_an_error_event_and_forgets_deleted_pdbs():

@@ -1,0 +1,44 @@
+"""How the drain paces itself against the API-server emulator: the PDB gate under a lagging watch,
+the cordon before the hall spread, and the eviction concurrency under throttling (issue 27)."""
+from __future__ import annotations
+
+import pytest
+
+from executor.kube.api import KubeApi
+from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
+
+PDBS = "poddisruptionbudgets"
+
+
+@pytest.fixture
+def kube(emulator):
+    emulator.reset()
+    emulator.add_node(NODE)
+    emulator.add_node(OTHER)
+    return emulator
+
+
+def start(kube, drains, **kw) -> Drain:
+    d = Drain(lambda: KubeApi(kube.url, NODE, timeout_s=2.0), make_spec(**kw))
+    drains.append(d)
+    return d
+
+
+def refusals(kube) -> list[str]:
+    return [name for _, name, status in kube.evictions() if status == 429]
+
+
+def test_a_pdb_watch_40_s_behind_costs_no_refusal_and_the_drain_completes(kube, drains):
+    """The PDB's watch trails the server by 40 s. web-0's eviction takes the budget's one
+    disruption; its replacement is Ready only 32 s later, so until then the server refuses
+    web-1. Every status the watch delivers before t+40 s predates the eviction and shows room:
+    the gate must keep counting web-0's eviction until the watch shows its write (a 30 s timer
+    would let web-1 go at t+30 s, into the server's refusals). Slow by nature: ~75 s."""
+    kube.add_pdb("web", {"app": "web"}, max_unavailable=1)
+    for name, node in (("web-0", NODE), ("web-1", NODE), ("web-2", OTHER)):
+        kube.add_pod(name, node, owner=("ReplicaSet", "web"), labels={"app": "web"})
+    kube.set_options(start_delay=32.0, watch_lag={PDBS: 40.0})
+    d = start(kube, drains, deadline_in=170.0, evict_s=150.0, margin_s=5.0)
+    d.wait_state("done", timeout=140.0)
+    assert refusals(kube) == []
+    assert [(name, status) for _, name, status in kube.evictions()] == [("web-0", 201), ("web-1", 201)]
