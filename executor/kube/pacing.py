@@ -18,10 +18,11 @@ so every wait is decided here, where it can be tested without a server:
   while it lasts up to ``ERROR_MAX_S``, with jitter (a watch that cannot reconnect, a
   withdrawal's uncordon that keeps failing), so a hall of agents that lost the server at
   once does not come back in lock-step.
-- ``first_write_delay``: the agents of one hall spread their first write (the
-  cordon) over ``spread_s`` by a hash of the node name: deterministic (a node
-  always gets the same slot, so a restart does not move it) and uniform over
-  the hall without any coordination.
+- ``eviction_spread_delay``: the agents of one hall cordon at once (one small
+  PATCH each, the write that stops new work landing) and spread the start of
+  their evictions over ``spread_s`` by a hash of the node name: deterministic
+  (a node always gets the same slot, so a restart does not move it) and
+  uniform over the hall without any coordination.
 """
 from __future__ import annotations
 
@@ -101,10 +102,12 @@ def error_delay(attempts: int, rand: Callable[[], float]) -> float:
     return _jittered(base, ERROR_JITTER, rand)
 
 
-def first_write_delay(node: str, spread_s: float) -> float:
+def eviction_spread_delay(node: str, spread_s: float) -> float:
     """The node's slot in [0, spread_s): a hash of its name, so the agents of a hall noticed in the
-    same second cordon over ``spread_s`` instead of in one burst, each at the same offset every time."""
+    same second start evicting over ``spread_s`` instead of in one burst, each at the same offset
+    every time (the cordon before it is not delayed)."""
     if spread_s <= 0:
         return 0.0
     digest = hashlib.blake2b(node.encode("utf-8"), digest_size=8).digest()
     return spread_s * (int.from_bytes(digest, "big") / 2.0 ** 64)
+

@@ -2,7 +2,9 @@
 
 One coordinator thread walks the recipe -- [exclude from load balancers], cordon
 and taint, then list / decide / evict until the node is empty -- and a pool of
-worker threads (``workers``) sends the evictions, each over its own connection.
+worker threads (``workers``) sends the evictions, each over its own connection; the
+hall's spread (``pacing.eviction_spread_delay``) sits after the cordon, before
+the evictions.
 Every decision is the pure core's (``eviction_book``, ``drain_plan``); this module
 does the calls, keeps time, and reports to the executor's loop in the report
 vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
@@ -147,6 +149,7 @@ class DrainRunner:
             if self.spec.cordon_only:
                 self._report(NewState(self.spec.notice_id, DrainState.CORDONED_ONLY))
                 return
+            self._spread_evictions(api.node)
             self._evict_all(api)
         except Stopped:
             pass
@@ -182,14 +185,15 @@ class DrainRunner:
         self._health.ok()
         self._report(Problem(self.spec.notice_id, error[:300]))
 
-    def _first_write(self, node: str) -> None:
-        """The hall's agents got their notices in the same second: each cordons at its own offset."""
-        if not self._steps & {Step.CORDONED, Step.LB_EXCLUDED}:
-            self._wait(pacing.first_write_delay(node, self.spec.write_spread_s))
+    def _spread_evictions(self, node: str) -> None:
+        """The hall's agents got their notices in the same second. Each cordons at once (one small
+        PATCH, the write that stops new pods landing) and starts its evictions -- the list, the
+        watches and the bulk of the writes -- at its own offset in the hall's spread."""
+        if not (self.spec.evicted or self.spec.deleted):   # a restarted drain had begun: go on
+            self._wait(pacing.eviction_spread_delay(node, self.spec.write_spread_s))
 
     def _node_steps(self, api: KubeApi) -> None:
         s = self.spec
-        self._first_write(api.node)
         if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
             self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))

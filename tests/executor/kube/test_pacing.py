@@ -51,13 +51,13 @@ def test_a_pdb_refusal_retries_soon_but_honours_a_retry_after():
     assert pacing.refused_delay(10, None, lambda: 1.0) == pacing.REFUSED_MAX_S * (1 + pacing.REFUSED_JITTER)
 
 
-def test_the_first_write_spread_is_deterministic_bounded_and_spreads_a_hall():
-    slots = [pacing.first_write_delay(f"node-{i:03d}", 2.0) for i in range(500)]
-    assert slots == [pacing.first_write_delay(f"node-{i:03d}", 2.0) for i in range(500)]
+def test_the_eviction_spread_is_deterministic_bounded_and_spreads_a_hall():
+    slots = [pacing.eviction_spread_delay(f"node-{i:03d}", 2.0) for i in range(500)]
+    assert slots == [pacing.eviction_spread_delay(f"node-{i:03d}", 2.0) for i in range(500)]
     assert all(0.0 <= s < 2.0 for s in slots)
     per_tenth = [sum(1 for s in slots if k * 0.2 <= s < (k + 1) * 0.2) for k in range(10)]
     assert min(per_tenth) >= 25, per_tenth   # ~50 each: no burst in one part of the window
-    assert pacing.first_write_delay("node-000", 0.0) == 0.0
+    assert pacing.eviction_spread_delay("node-000", 0.0) == 0.0
 
 
 def test_the_book_retries_a_throttled_pod_after_retry_after_without_counting_an_attempt():
@@ -101,3 +101,4 @@ def test_an_error_backs_off_from_half_a_second_to_8_s_with_jitter():
     assert [pacing.error_delay(n, lambda: 0.0) for n in (1, 2, 3, 4, 5, 9)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
     assert pacing.error_delay(1, lambda: 1.0) == 0.75 and pacing.error_delay(9, lambda: 1.0) == 12.0
     assert pacing.error_delay(1, lambda: 7.0) == 0.75   # a draw out of [0, 1) is clamped
+

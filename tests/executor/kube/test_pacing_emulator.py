@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from executor.kube import pacing
 from executor.kube.api import KubeApi
 from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
 
@@ -42,3 +43,20 @@ def test_a_pdb_watch_40_s_behind_costs_no_refusal_and_the_drain_completes(kube, 
     d.wait_state("done", timeout=140.0)
     assert refusals(kube) == []
     assert [(name, status) for _, name, status in kube.evictions()] == [("web-0", 201), ("web-1", 201)]
+
+
+def test_the_cordon_goes_at_once_and_the_evictions_start_at_the_node_s_slot_of_the_spread(kube, drains):
+    """The hall spread sits between the cordon and the first eviction, never before the cordon:
+    a cordon is one small PATCH per node and the write that stops new pods landing."""
+    kube.add_pod("app-1", NODE)
+    kube.add_pod("app-2", NODE)
+    spread_s = 8.0 / pacing.eviction_spread_delay(NODE, 1.0)   # this node's slot: 8 s
+    d = start(kube, drains, write_spread_s=spread_s)
+    kube.wait_until(lambda: kube.node(NODE)["spec"].get("unschedulable"), timeout=4.0)
+    assert kube.evictions() == []                                # the evictions wait for the slot
+    d.wait_state("done", timeout=40.0)
+    writes = [e for e in kube.requests() if e["method"] in ("PATCH", "POST", "DELETE")]
+    assert writes[0]["method"] == "PATCH" and writes[0]["path"] == f"/api/v1/nodes/{NODE}"
+    first_eviction = next(e for e in writes if e["path"].endswith("/eviction"))
+    assert first_eviction["time"] - writes[0]["time"] >= 8.0 - 0.5   # started at its slot, not before
+
