@@ -73,6 +73,8 @@ class Answer:
     detail: str = ""
     pdb: str = ""
     retry_after: float | None = None   # the 429's Retry-After, seconds
+    sent_at: float = 0.0               # monotonic: when the call went out (pacing.ConcurrencyLimit)
+    latency_s: float = 0.0             # how long its answer took
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

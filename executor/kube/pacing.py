@@ -18,6 +18,14 @@ so every wait is decided here, where it can be tested without a server:
   while it lasts up to ``ERROR_MAX_S``, with jitter (a watch that cannot reconnect, a
   withdrawal's uncordon that keeps failing), so a hall of agents that lost the server at
   once does not come back in lock-step.
+- ``ConcurrencyLimit``: how many evictions the drain keeps in flight, adapted to
+  what the server says (additive increase, multiplicative decrease, as TCP's
+  congestion avoidance, RFC 5681): an APF rejection halves it, an answer far
+  slower than the fastest recent ones (the server queueing it) or none at all
+  cuts it by a fifth, at most once per round trip (answers to requests sent
+  before the last cut say nothing new); every other answer adds a jittered
+  ``1 / limit`` (about one more per round trip), up to the drain's workers. A
+  PDB refusal is a fast answer from a healthy server: it counts as one.
 - ``eviction_spread_delay``: the agents of one hall cordon at once (one small
   PATCH each, the write that stops new work landing) and spread the start of
   their evictions over ``spread_s`` by a hash of the node name: deterministic
@@ -27,6 +35,7 @@ so every wait is decided here, where it can be tested without a server:
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -111,3 +120,48 @@ def eviction_spread_delay(node: str, spread_s: float) -> float:
     digest = hashlib.blake2b(node.encode("utf-8"), digest_size=8).digest()
     return spread_s * (int.from_bytes(digest, "big") / 2.0 ** 64)
 
+
+AIMD_THROTTLED = 0.5        # an APF 429 halves the evictions in flight ...
+AIMD_SLOW = 0.8             # ... a slow answer (or none) cuts them by a fifth
+AIMD_JITTER = 0.5           # the additive step is 1/limit times [0.75, 1.25): agents do not climb in step
+SLOW_FACTOR = 3.0           # an answer this many times slower than the fastest of the last ...
+SLOW_WINDOW = 32            # ... this many answers, and
+SLOW_FLOOR_S = 0.5          # slower than this at all, is the server queueing it (APF holds a request
+                            # in its queue before it executes, kube-apiserver's handler then takes ms)
+
+
+class ConcurrencyLimit:
+    """The drain's evictions in flight, adapted to the server's answers (pure: times and random
+    draws passed in). ``slots()``: how many may be in flight now; ``answered`` each answer."""
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = max(1, ceiling)
+        self.limit = float(self.ceiling)     # a server that has said nothing yet gets the workers
+        self.cut_at = float("-inf")          # monotonic time of the last decrease
+        self.cuts = 0
+        self._fast: deque[float] = deque(maxlen=SLOW_WINDOW)
+
+    def slots(self) -> int:
+        return max(1, int(self.limit))
+
+    def answered(self, outcome: str, sent_at: float, latency_s: float, now: float,
+                 rand: Callable[[], float]) -> None:
+        """One answer (an eviction book outcome) to a request sent at ``sent_at`` that took
+        ``latency_s`` (``now``, ``sent_at``: the monotonic clock). Decreases at most once per
+        round trip: an answer to a request sent before the last cut was sent under the old limit."""
+        slow = outcome == "unreachable" or self._slow(latency_s)
+        if outcome not in ("unreachable", "throttled"):   # APF rejects before executing: no measure
+            self._fast.append(latency_s)
+        if outcome == "throttled" or slow:
+            if sent_at > self.cut_at:
+                self.limit = max(1.0, self.limit * (AIMD_THROTTLED if outcome == "throttled" else AIMD_SLOW))
+                self.cut_at = now
+                self.cuts += 1
+            return
+        step = 1.0 + AIMD_JITTER * (min(1.0, max(0.0, rand())) - 0.5)
+        self.limit = min(float(self.ceiling), self.limit + step / self.limit)
+
+    def _slow(self, latency_s: float) -> bool:
+        if latency_s < SLOW_FLOOR_S or not self._fast:
+            return False
+        return latency_s > SLOW_FACTOR * min(self._fast)

@@ -2,7 +2,8 @@
 
 One coordinator thread walks the recipe -- [exclude from load balancers], cordon
 and taint, then list / decide / evict until the node is empty -- and a pool of
-worker threads (``workers``) sends the evictions, each over its own connection; the
+worker threads (``workers``) sends the evictions, each over its own connection, as
+many at once as the server's answers allow (``pacing.ConcurrencyLimit``); the
 hall's spread (``pacing.eviction_spread_delay``) sits after the cordon, before
 the evictions.
 Every decision is the pure core's (``eviction_book``, ``drain_plan``); this module
@@ -23,6 +24,7 @@ A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import queue
 import random
 import threading
@@ -81,6 +83,7 @@ class DrainRunner:
         self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
         self._rand = random.Random(spec.notice_id + spec.kind).random
+        self._limit = pacing.ConcurrencyLimit(spec.workers)   # evictions in flight, adapted (AIMD)
         self._evicted = 0
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
@@ -271,7 +274,7 @@ class DrainRunner:
         """Send what the book says, feed it the answers, until the next listing is due."""
         while True:
             now = self._clock()
-            actions, emits = book.next_actions(now, self.inputs, self.spec.workers)
+            actions, emits = book.next_actions(now, self.inputs, self._limit.slots())
             self._forward(emits)
             for a in actions:
                 pool.submit(self._send, a)
@@ -301,6 +304,7 @@ class DrainRunner:
                 else:
                     self._health.ok()
                 self._forward(book.answer(uid, answer, self._clock(), self._rand(), mono=time.monotonic()))
+                self._limit.answered(answer.outcome, answer.sent_at, answer.latency_s, time.monotonic(), self._rand)
             try:
                 uid, answer = self._answers.get_nowait()
             except queue.Empty:
@@ -339,9 +343,10 @@ class DrainRunner:
             api = self._local.api = self._make_api()
             if self._main_api is not None:
                 api.share_discovery(self._main_api)
+        sent = time.monotonic()
         answer = answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
                             else api.evict_pod(action.pod, action.grace_s))
-        self._answers.put((action.uid, answer))
+        self._answers.put((action.uid, dataclasses.replace(answer, sent_at=sent, latency_s=time.monotonic() - sent)))
 
     # -- around a server that is down ---------------------------------------------------
     def _unanswered(self, api: KubeApi, error: str) -> None:

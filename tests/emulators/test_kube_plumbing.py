@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from tests.emulators._control import ControlError
 from tests.emulators.kube import KubeApiServer, Options
 from tests.emulators.kube import objects as o
+from tests.emulators.kube.client import APF_REJECTION_BODY
 from tests.emulators.test_kube_http import Client
 from tests.support.wait import wait_for
 
@@ -112,6 +114,31 @@ def test_a_lagging_watch_delivers_each_change_that_long_after_its_write_in_order
     assert time.monotonic() - written >= 0.6                      # the PDBs' watch is
     late.close()
     prompt.close()
+
+
+def test_apf_seats_execute_at_once_the_queue_waits_and_past_it_apf_rejects(api: Client) -> None:
+    """``apf_seats``: 1.20's APF answer when the level is full (429, Retry-After 1, plain text)."""
+    api.server.app.options = Options(grace_cap=0.05, apf_seats=2, apf_queue=1, apf_service_s=0.6)
+    results: list[tuple[int, str, str]] = []
+
+    def get() -> None:
+        client = Client(api.server)
+        code, body, resp = client.call("GET", "/api/v1/nodes")
+        results.append((code, str(resp.getheader("Retry-After")), body if isinstance(body, str) else ""))
+        client.conn.close()
+
+    threads = [threading.Thread(target=get) for _ in range(4)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(10)
+    assert sorted(code for code, _, _ in results) == [200, 200, 200, 429]   # 2 seated, 1 queued, 1 out
+    assert [(ra, body) for code, ra, body in results if code == 429] == [("1", APF_REJECTION_BODY)]
+    with pytest.raises(ValueError, match="apf_seats"):
+        Options(apf_seats=-1)
+    with pytest.raises(ValueError, match="watch_lag"):
+        Options(watch_lag={"pods": -1.0})
 
 
 def test_watch_from_compacted_resource_version_is_410() -> None:

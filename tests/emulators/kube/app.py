@@ -17,7 +17,9 @@ from tests.emulators._control import BadCommand, Command, field
 from tests.emulators._http import Request, Response
 
 from . import protobuf
+from .apf import SeatLimit
 from .api import Api, Reply
+from .client import APF_REJECTION_BODY
 from .controllers import Controllers
 from .errors import ApiError, status_body
 from .options import Options, as_json, with_changes
@@ -26,6 +28,7 @@ from .store import Store
 from .watch import WatchRequest, watch_events
 
 SERVER = "kube-emulator"
+APF_QUEUE_WAIT_S = 15.0   # 1.20: a request queued longer than this is rejected (requestWaitLimit)
 _LOGGED_BODY_LIMIT = 8192
 _CACHE_CONTROL = ("Cache-Control", "no-cache, private")  # on every answer of the real server
 
@@ -50,6 +53,7 @@ class KubeApp(BaseApp):
         self._address = "127.0.0.1:0"
         self.api = Api(self.store, lambda: self.options, lambda: self._address, clock)
         self._run_controllers = run_controllers
+        self.apf = SeatLimit()
 
     # -- the shell's hooks -------------------------------------------------------------
 
@@ -71,6 +75,19 @@ class KubeApp(BaseApp):
         self.store.reset()
 
     def handle(self, request: Request) -> Response:
+        opts = self.options
+        if opts.apf_seats and request.query.get("watch") not in ("1", "true") \
+                and request.path.startswith(("/api/", "/apis/")):
+            if not self.apf.enter(opts.apf_seats, opts.apf_queue, APF_QUEUE_WAIT_S):
+                return _encode(Reply(429, APF_REJECTION_BODY, {"Retry-After": "1"}))
+            held_since = time.monotonic()
+            try:
+                return self._handle(request)
+            finally:
+                self.apf.leave(held_since, opts.apf_service_s)
+        return self._handle(request)
+
+    def _handle(self, request: Request) -> Response:
         result = self.api.handle(request)
         if isinstance(result, WatchRequest):
             watch = result

@@ -39,12 +39,22 @@ class Options:
     # seconds behind at 300+ nodes). Lists are not delayed: a list without resourceVersion is a
     # consistent read (etcd, or since 1.31 the cache once it has caught up), so it is current.
     watch_lag: dict[str, float] = field(default_factory=dict)
+    # API Priority and Fairness for every non-watch API request (``apf``): 0 seats is off; else
+    # that many execute at once, each for apf_service_s at least, apf_queue more wait (up to 15 s,
+    # 1.20's queue wait limit), and any more is rejected with 1.20's APF 429.
+    apf_seats: int = 0
+    apf_queue: int = 0
+    apf_service_s: float = 0.0
 
     def __post_init__(self) -> None:
         bad = [v for v in self.policy_versions if v not in POLICY_VERSIONS]
         if bad or len(set(self.policy_versions)) != len(self.policy_versions):
             raise ValueError(f"policy_versions must be drawn from {POLICY_VERSIONS}: {self.policy_versions}")
-        for name in ("grace_cap", "start_delay"):
+        for name in ("apf_seats", "apf_queue"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0")
+        for name in ("grace_cap", "start_delay", "apf_service_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.tick <= 0 or self.history < 10:
@@ -57,7 +67,8 @@ class Options:
 
 
 # Settings a running emulator accepts through POST /_emu/options.
-RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens", "watch_lag")
+RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens", "watch_lag",
+                    "apf_seats", "apf_queue", "apf_service_s")
 
 
 def with_changes(options: Options, changes: dict[str, Any]) -> Options:
@@ -71,7 +82,9 @@ def with_changes(options: Options, changes: dict[str, Any]) -> Options:
             if not isinstance(value, bool):
                 raise ValueError(f"{key} must be a boolean")
             typed[key] = value
-        elif key in ("grace_cap", "start_delay"):
+        elif key in ("apf_seats", "apf_queue"):
+            typed[key] = value   # checked by __post_init__
+        elif key in ("grace_cap", "start_delay", "apf_service_s"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{key} must be a number")
             typed[key] = float(value)

@@ -102,3 +102,51 @@ def test_an_error_backs_off_from_half_a_second_to_8_s_with_jitter():
     assert pacing.error_delay(1, lambda: 1.0) == 0.75 and pacing.error_delay(9, lambda: 1.0) == 12.0
     assert pacing.error_delay(1, lambda: 7.0) == 0.75   # a draw out of [0, 1) is clamped
 
+
+def _half() -> float:
+    return 0.5
+
+
+def test_an_apf_rejection_halves_the_evictions_in_flight_once_per_round_trip():
+    lim = pacing.ConcurrencyLimit(8)
+    assert lim.slots() == 8
+    lim.answered("throttled", sent_at=1.0, latency_s=0.01, now=1.01, rand=_half)
+    assert lim.slots() == 4
+    # The rest of that burst was sent before the cut: it says nothing new.
+    for _ in range(5):
+        lim.answered("throttled", sent_at=1.0, latency_s=0.01, now=1.02, rand=_half)
+    assert lim.slots() == 4 and lim.cuts == 1
+    lim.answered("throttled", sent_at=1.5, latency_s=0.01, now=1.51, rand=_half)   # sent under the new limit
+    lim.answered("throttled", sent_at=2.0, latency_s=0.01, now=2.01, rand=_half)
+    lim.answered("throttled", sent_at=2.5, latency_s=0.01, now=2.51, rand=_half)
+    assert lim.slots() == 1                                                      # never below one
+    lim.answered("throttled", sent_at=3.0, latency_s=0.01, now=3.01, rand=_half)
+    assert lim.limit == 1.0
+
+
+def test_answers_add_about_one_per_round_trip_up_to_the_workers_jittered():
+    lim = pacing.ConcurrencyLimit(8)
+    lim.limit = 2.0
+    for i in range(2):                              # one round trip of answers at limit 2
+        lim.answered("accepted", sent_at=i, latency_s=0.02, now=i + 0.02, rand=_half)
+    assert lim.limit == pytest.approx(2 + 1 / 2 + 1 / 2.5)
+    low, high = pacing.ConcurrencyLimit(8), pacing.ConcurrencyLimit(8)
+    low.limit = high.limit = 2.0
+    low.answered("accepted", 0.0, 0.02, 0.02, rand=lambda: 0.0)
+    high.answered("accepted", 0.0, 0.02, 0.02, rand=lambda: 0.99)
+    assert low.limit < high.limit                   # the step is drawn: agents do not climb in step
+    for i in range(200):
+        lim.answered("blocked", sent_at=10.0 + i, latency_s=0.02, now=10.02 + i, rand=_half)   # PDB 429: fast
+    assert lim.slots() == 8 and lim.limit == 8.0
+
+
+def test_a_slow_answer_or_none_cuts_by_a_fifth_a_fast_one_never_does():
+    lim = pacing.ConcurrencyLimit(8)
+    for i in range(10):
+        lim.answered("accepted", sent_at=i, latency_s=0.05, now=i + 0.05, rand=_half)
+    lim.answered("accepted", sent_at=20.0, latency_s=0.4, now=20.4, rand=_half)   # 8x, but under the floor
+    assert lim.cuts == 0
+    lim.answered("accepted", sent_at=21.0, latency_s=2.0, now=23.0, rand=_half)   # queued by the server
+    assert lim.cuts == 1 and lim.limit == pytest.approx(8 * pacing.AIMD_SLOW)
+    lim.answered("unreachable", sent_at=24.0, latency_s=5.0, now=29.0, rand=_half)
+    assert lim.cuts == 2 and lim.limit == pytest.approx(8 * pacing.AIMD_SLOW ** 2)

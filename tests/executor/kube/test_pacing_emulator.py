@@ -60,3 +60,21 @@ def test_the_cordon_goes_at_once_and_the_evictions_start_at_the_node_s_slot_of_t
     first_eviction = next(e for e in writes if e["path"].endswith("/eviction"))
     assert first_eviction["time"] - writes[0]["time"] >= 8.0 - 0.5   # started at its slot, not before
 
+
+def test_under_apf_the_evictions_in_flight_shrink_to_what_the_server_admits(kube, drains):
+    """The server's priority level has 2 seats and no queue: a third request at once is rejected
+    with APF's 429. Eight evictions in flight (the workers) meet rejection after rejection, each
+    holding the drain for Retry-After (without the limit this drain does not finish in 90 s); the
+    drain adapts its concurrency instead (pacing.ConcurrencyLimit), so the eviction requests per
+    drained pod stay bounded near one, and the node is emptied."""
+    pods = [f"app-{i:02d}" for i in range(40)]
+    for name in pods:
+        kube.add_pod(name, NODE)
+    kube.set_options(apf_seats=2, apf_queue=0, apf_service_s=0.2)
+    d = start(kube, drains, deadline_in=120.0, evict_s=100.0)
+    d.wait_state("done", timeout=90.0)
+    sent = kube.evictions()
+    assert sorted(name for _, name, status in sent if status == 201) == pods
+    throttled = [name for _, name, status in sent if status == 429]
+    assert refusals(kube) == throttled                   # every 429 here is APF's, none a PDB's
+    assert len(sent) / len(pods) <= 1.75, f"{len(sent)} eviction requests for {len(pods)} pods"
