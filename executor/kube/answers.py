@@ -1,6 +1,8 @@
 """What the server said to one eviction or delete, as the eviction book's ``Answer`` (adapter)."""
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
 
 from executor.kube.api import Conflict, KubeError, NotFound, NotOwnNode, Throttled, TooManyRequests, Unreachable
@@ -8,8 +10,15 @@ from executor.kube.drain_plan import pdb_from_causes
 from executor.kube.eviction_book import Answer
 
 
-def answer_of(call: Callable[[], None]) -> Answer:
-    """The book's answer for one eviction or delete: what the server (or the agent) said."""
+def answer_of(call: Callable[[], None], clock: Callable[[], float] = time.monotonic) -> Answer:
+    """The book's answer for one eviction or delete: what the server (or the agent) said, when it
+    was sent and how long it took on ``clock`` (monotonic: the book's concurrency limit reads it)."""
+    sent = clock()
+    answer = _answer_of(call)
+    return dataclasses.replace(answer, sent_at=sent, latency_s=clock() - sent)
+
+
+def _answer_of(call: Callable[[], None]) -> Answer:
     try:
         call()
         return Answer("accepted")

@@ -157,6 +157,7 @@ class EvictionBook:
         # all until then (the pods' own retry_at say the same, this also holds back fresh pods).
         self.throttled_until = float("-inf")
         self.gate = BudgetGate()
+        self.limit = pacing.ConcurrencyLimit(1 << 16)   # capped by next_actions' slots (the workers)
         self._plan_key: tuple[Any, ...] | None = None
         self._covering: Covering = {}
         self._gated_since: dict[str, float] = {}   # lane -> since when its next pod has had no room
@@ -219,6 +220,9 @@ class EvictionBook:
             answer = dataclasses.replace(answer, pdb=f"{t.key.split('/', 1)[0]}/{answer.pdb}")
         new = transition(st, answer, now, draw)
         self.states[uid] = new
+        # The answer's own monotonic stamps: sent, and heard (sent + latency).
+        self.limit.answered(answer.outcome, answer.sent_at, answer.latency_s, answer.sent_at + answer.latency_s,
+                            lambda: draw)
         if answer.outcome == "throttled":
             self.throttled_until = max(self.throttled_until, new.retry_at)
         base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
@@ -262,7 +266,9 @@ class EvictionBook:
         return sum(1 for st in self.states.values() if st.phase == IN_FLIGHT)
 
     def next_actions(self, now: float, inputs: Inputs, slots: int) -> tuple[list[Action], list[Emit]]:
-        """The calls to send now (at most ``slots`` more in flight) and the events they imply."""
+        """The calls to send now and the events they imply: at most ``slots`` (the workers) in
+        flight, and no more than the server's answers allow (``limit``, AIMD)."""
+        self.limit.cap(slots)
         emits: list[Emit] = []
         if now < self.throttled_until:
             return [], emits
@@ -271,7 +277,7 @@ class EvictionBook:
         else:
             picks = self._by_the_book(now, inputs)
         actions: list[Action] = []
-        free = slots - self.in_flight()
+        free = self.limit.slots() - self.in_flight()
         for uid, op in picks:
             if len(actions) >= free:
                 break

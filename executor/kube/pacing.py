@@ -141,6 +141,11 @@ class ConcurrencyLimit:
         self.cuts = 0
         self._fast: deque[float] = deque(maxlen=SLOW_WINDOW)
 
+    def cap(self, ceiling: int) -> None:
+        """At most ``ceiling`` (the drain's workers), whatever the answers say."""
+        self.ceiling = max(1, ceiling)
+        self.limit = min(self.limit, float(self.ceiling))
+
     def slots(self) -> int:
         return max(1, int(self.limit))
 

@@ -3,9 +3,7 @@
 One coordinator thread walks the recipe -- [exclude from load balancers], cordon
 and taint, then list / decide / evict until the node is empty -- and a pool of
 worker threads (``workers``) sends the evictions, each over its own connection, as
-many at once as the server's answers allow (``pacing.ConcurrencyLimit``); the
-hall's spread (``pacing.eviction_spread_delay``) sits after the cordon, before
-the evictions.
+many at once as the book's ``pacing.ConcurrencyLimit`` allows.
 Every decision is the pure core's (``eviction_book``, ``drain_plan``); this module
 does the calls, keeps time, and reports to the executor's loop in the report
 vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
@@ -24,7 +22,6 @@ A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), the
 from __future__ import annotations
 
 import copy
-import dataclasses
 import queue
 import random
 import threading
@@ -83,7 +80,6 @@ class DrainRunner:
         self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
         self._rand = random.Random(spec.notice_id + spec.kind).random
-        self._limit = pacing.ConcurrencyLimit(spec.workers)   # evictions in flight, adapted (AIMD)
         self._evicted = 0
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
@@ -189,9 +185,8 @@ class DrainRunner:
         self._report(Problem(self.spec.notice_id, error[:300]))
 
     def _spread_evictions(self, node: str) -> None:
-        """The hall's agents got their notices in the same second. Each cordons at once (one small
-        PATCH, the write that stops new pods landing) and starts its evictions -- the list, the
-        watches and the bulk of the writes -- at its own offset in the hall's spread."""
+        """The hall's agents got their notices in the same second: each cordons at once (the write
+        that stops new pods landing), then starts its evictions at its own offset in the spread."""
         if not (self.spec.evicted or self.spec.deleted):   # a restarted drain had begun: go on
             self._wait(pacing.eviction_spread_delay(node, self.spec.write_spread_s))
 
@@ -274,7 +269,7 @@ class DrainRunner:
         """Send what the book says, feed it the answers, until the next listing is due."""
         while True:
             now = self._clock()
-            actions, emits = book.next_actions(now, self.inputs, self._limit.slots())
+            actions, emits = book.next_actions(now, self.inputs, self.spec.workers)
             self._forward(emits)
             for a in actions:
                 pool.submit(self._send, a)
@@ -304,7 +299,6 @@ class DrainRunner:
                 else:
                     self._health.ok()
                 self._forward(book.answer(uid, answer, self._clock(), self._rand(), mono=time.monotonic()))
-                self._limit.answered(answer.outcome, answer.sent_at, answer.latency_s, time.monotonic(), self._rand)
             try:
                 uid, answer = self._answers.get_nowait()
             except queue.Empty:
@@ -343,10 +337,9 @@ class DrainRunner:
             api = self._local.api = self._make_api()
             if self._main_api is not None:
                 api.share_discovery(self._main_api)
-        sent = time.monotonic()
         answer = answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
                             else api.evict_pod(action.pod, action.grace_s))
-        self._answers.put((action.uid, dataclasses.replace(answer, sent_at=sent, latency_s=time.monotonic() - sent)))
+        self._answers.put((action.uid, answer))
 
     # -- around a server that is down ---------------------------------------------------
     def _unanswered(self, api: KubeApi, error: str) -> None:
