@@ -114,8 +114,9 @@ class Contract:
     slurm: SlurmPolicy
     sink_url: str | None
     fallback: Fallback = Fallback(("reclaim",), 10)
-    # Each agent's first write (the cordon) waits a slot in [0, this) derived from its node name,
-    # so a hall noticed in the same second does not cordon in one burst (executor.kube.pacing).
+    # Each agent cordons at once, then starts its evictions after a slot in [0, this) derived from
+    # its node name, so a hall noticed in the same second does not evict in one burst
+    # (executor.kube.pacing.eviction_spread_delay; the name is kept for the bundles signed with it).
     first_write_spread_ms: int = 1000
     source: str = field(default="bundle", compare=False)
 

@@ -39,7 +39,7 @@ class DrainSpec:
     fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
     fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
     fallback_started: float = 0.0           # an earlier run started the fallback then (from the memo)
-    write_spread_s: float = 0.0   # the contract's bound on the hall's first-write jitter
+    write_spread_s: float = 0.0   # the contract's spread of the hall's eviction starts (after the cordon)
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
