@@ -34,7 +34,7 @@ import zmq
 
 from common import ipc, wire
 from common.config import Config
-from common.events import Origin, make_event
+from common.events import EventType, Origin, make_event
 from common.log import Logger
 from common.loop import Loop
 from common.runtime import Rejections, StopFlag, start
@@ -203,7 +203,7 @@ class Spool:
             else:
                 self.own_event(type_, data, when)
 
-    def own_event(self, type_: str, data: dict[str, Any], when: float) -> bytes:
+    def own_event(self, type_: EventType, data: dict[str, Any], when: float) -> bytes:
         self.seq += 1
         ev = make_event(type_, self.origin, self.seq, data=data, now=when)
         payload = encode(ev)

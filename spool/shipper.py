@@ -65,7 +65,7 @@ class Shipper(threading.Thread):
         self._client: HttpClient | None = None
         self._client_url: str | None = None
         # ship.failing per (type, reason): this thread's own (a Recorder is not thread-safe).
-        self.failing = Recorder(lambda type_, data: self.log.warning(type_, **data), FAILING_REPORT_S)
+        self.failing: Recorder[str] = Recorder(lambda type_, data: self.log.warning(type_, **data), FAILING_REPORT_S)
         self.attempts = 0          # POSTs sent, counters for tests and the stop log line
         self.shipped = 0
         self.set_aside = 0

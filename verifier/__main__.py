@@ -21,6 +21,7 @@ import zmq
 from common import ipc, state_file, wire
 from common.config import Config
 from common.contract import BUILTIN, Contract
+from common.events import is_event_type
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.loop import Loop
@@ -172,7 +173,7 @@ class Verifier:
         events = []
         for e in emits:
             self.log.info(e.type, **{**e.data, "notice_id": e.notice_id})
-            if e.spool:
+            if is_event_type(e.type):
                 ev = self.spool.outbox.add(e.type, e.notice_id, e.data, now)
                 self.state["unacked"][ev["event_id"]] = ev
                 events.append(ev)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from common.events import EventType, is_event_type
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
 from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED
@@ -36,7 +37,7 @@ PUBLISHED_RECENT = 8      # verdicts of gone notices still re-announced on verif
 # Verdicts after which nothing escalates: the drain is over and nothing is owed.
 SETTLED = (DONE, DRY_RUN, IGNORED)
 # The event each verdict is announced as (drain.dry_run and drain.ignored are the executor's own).
-VERDICT_EVENTS = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
+VERDICT_EVENTS: dict[str, EventType] = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
                   DRY_RUN: "drain.dry_run_judged", IGNORED: "drain.ignored_judged"}
 
 
@@ -54,14 +55,21 @@ class View:
     seen: Observation | None = None          # the verifier's own latest read of the scheduler
 
 
+# What the verifier says in its log only: a clock moved or stopped is no event of the spool's.
+LogOnly = Literal["verifier.clock_rebased", "verifier.clock_stopped"]
+
+
 @dataclass(frozen=True, slots=True)
 class Emit:
-    """Something to announce: an event (to the spool when ``spool``) and always a log line."""
+    """Something to announce: always a log line, and an event to the spool when its type is one."""
 
-    type: str
+    type: EventType | LogOnly
     notice_id: str
     data: dict[str, Any]
-    spool: bool = True
+
+    @property
+    def spool(self) -> bool:
+        return is_event_type(self.type)
 
 
 def as_number(x: Any) -> float:
@@ -181,8 +189,7 @@ def _rebase(state: dict[str, Any], n: Notice, rec: DrainRecord, emits: list[Emit
     state["clocks"][n.id] = clock.to_dict()
     emits.append(Emit("verifier.clock_rebased", n.id, {
         "margin_s": clock.margin_s, "cutoff": format_rfc3339(clock.cutoff),
-        "checkpoint_by": format_rfc3339(clock.checkpoint_at), "evict_by": format_rfc3339(clock.evict_at)},
-        spool=False))
+        "checkpoint_by": format_rfc3339(clock.checkpoint_at), "evict_by": format_rfc3339(clock.evict_at)}))
     return clock
 
 
@@ -216,7 +223,7 @@ def _forget(state: dict[str, Any], view: View, now: float, emits: list[Emit]) ->
             state["escalated"].pop(nid, None)
             changed = True
             if nid not in state["verdicts"]:
-                emits.append(Emit("verifier.clock_stopped", nid, {"reason": "withdrawn"}, spool=False))
+                emits.append(Emit("verifier.clock_stopped", nid, {"reason": "withdrawn"}))
     for nid, v in list(state["verdicts"].items()):
         if nid not in view.active and nid not in state["clocks"] and now - as_number(v.get("at")) > VERDICT_MEMORY_S:
             del state["verdicts"][nid]

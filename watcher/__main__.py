@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 
 from common import ipc, state_file, wire
 from common.config import Config
+from common.events import EventType
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
@@ -49,9 +50,16 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
 # What the throttled reports are logged at; the event type is the log message, except
-# the relay's, whose errors and drops share one event type.
+# the relay's, whose errors and drops share one event type (_report_event).
 REPORT_LEVEL = {"notice.ignored": "info"}
-REPORT_EVENT = {"relay.slow_consumer": "relay.error"}
+Report = EventType | Literal["relay.slow_consumer"]
+# The relay's statuses that are events of their own (errors and drops are throttled reports).
+RELAY_EVENTS: dict[str, EventType] = {"connected": "relay.connected", "reconnected": "relay.connected",
+                                      "disconnected": "relay.disconnected"}
+
+
+def _report_event(type_: Report) -> EventType:
+    return "relay.error" if type_ == "relay.slow_consumer" else type_
 
 
 class Watcher:
@@ -238,22 +246,22 @@ class Watcher:
         self.count(f"relay.{status}")
         now = time.time()
         if status in ("error", "slow_consumer"):
-            self.reports.record(f"relay.{status}", status, {"detail": detail[:300]})
+            self.reports.record("relay.error" if status == "error" else "relay.slow_consumer", status,
+                                {"detail": detail[:300]})
             return
         level = self.log.warning if status in ("error", "slow_consumer", "disconnected", "closed") else self.log.info
         level(f"relay.{status}", detail=detail)
-        event = {"connected": "relay.connected", "reconnected": "relay.connected",
-                 "disconnected": "relay.disconnected"}.get(status)
-        if event:
+        event = RELAY_EVENTS.get(status)
+        if event is not None:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
-    def _say(self, type_: str, data: dict[str, Any]) -> None:
+    def _say(self, type_: Report, data: dict[str, Any]) -> None:
         """A throttled report (self.reports): a log line and a spool event of what was counted."""
         notice_id = data.pop("notice_id", "")
         where = data.pop("log_only", {})
         level = self.log.info if REPORT_LEVEL.get(type_) == "info" else self.log.warning
         level(type_, **({"notice_id": notice_id} if notice_id else {}), **data, **where)
-        self.spool.emit(REPORT_EVENT.get(type_, type_), notice_id, data)
+        self.spool.emit(_report_event(type_), notice_id, data)
 
     def on_progress_readable(self) -> None:
         for frames in ipc.pending(self.progress_sub):
