@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import ipc, state_file, supervise, wire
 from common.config import Config
 from common.contract import BUILTIN, Contract
 from common.events import is_event_type
@@ -205,8 +205,11 @@ class Verifier:
             self.metrics_failed = True
 
     def turn(self, now: float) -> None:
-        """The housekeeping after each poll: judge, resend, report refusals, publish, metrics."""
+        """The housekeeping after each poll: judge, say restarts of the reader, resend, report refusals,
+        publish, metrics."""
         self.check(now)
+        if self.observer is not None and self.observer.worker is not None:
+            supervise.report(self.observer.worker, self.log, self.spool.emit)
         self.spool.tick(now)
         self.rejections.tick()
         if now - self.published_at >= PUBLISH_EVERY_S:
