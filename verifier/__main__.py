@@ -56,7 +56,7 @@ class Verifier:
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
         self.fallback_path = os.path.join(rd, FALLBACK_FILE)
         self.save_failing = os.path.exists(self.fallback_path)   # removed at the next good save
-        self.state = core.normalize(self._load())
+        self.state, damaged = core.load(self._load())
         self.started = time.time()
         self.heard: set[bytes] = set()
         self.active: dict[str, Notice] = {}
@@ -70,6 +70,9 @@ class Verifier:
         self.contract: Contract = BUILTIN
         self.move_step = "requeue" if config.node.scheduler == "slurm" else "evict"
         self.rejections = Rejections(log, emit=self.spool.emit)
+        # A damaged verdict is kept (its notice stays judged) or dropped, and said once, here.
+        for nid, why in damaged.items():
+            self.rejections.add(STATE_FILE, wire.BadRecord(f"verdict of {nid[:64]!r}: {why}"))
         self.metrics_path = config.metrics.textfile
         self.metrics_dirty = True
         self.metrics_failed = False
@@ -96,9 +99,10 @@ class Verifier:
         self.state["generation"] += 1
         # Logged once per failing spell; the fallback's failures every time (announced anyway:
         # a verdict no disk could keep is still a verdict).
-        if not state_file.save(self.state_path, self.state, self.log, report=not self.save_failing):
+        doc = core.to_json(self.state)
+        if not state_file.save(self.state_path, doc, self.log, report=not self.save_failing):
             self.save_failing = True
-            state_file.save(self.fallback_path, self.state, self.log)
+            state_file.save(self.fallback_path, doc, self.log)
             return
         if self.save_failing:
             self.save_failing = False
