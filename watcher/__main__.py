@@ -34,7 +34,7 @@ from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, MetadataSource
-from watcher.relay import run_relay
+from watcher.relay import STATUS_EVENTS, run_relay
 
 ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
@@ -50,16 +50,9 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
 # What the throttled reports are logged at; the event type is the log message, except
-# the relay's, whose errors and drops share one event type (_report_event).
+# the relay's, whose errors and drops share one event type.
 REPORT_LEVEL = {"notice.ignored": "info"}
 Report = EventType | Literal["relay.slow_consumer"]
-# The relay's statuses that are events of their own (errors and drops are throttled reports).
-RELAY_EVENTS: dict[str, EventType] = {"connected": "relay.connected", "reconnected": "relay.connected",
-                                      "disconnected": "relay.disconnected"}
-
-
-def _report_event(type_: Report) -> EventType:
-    return "relay.error" if type_ == "relay.slow_consumer" else type_
 
 
 class Watcher:
@@ -246,12 +239,11 @@ class Watcher:
         self.count(f"relay.{status}")
         now = time.time()
         if status in ("error", "slow_consumer"):
-            self.reports.record("relay.error" if status == "error" else "relay.slow_consumer", status,
-                                {"detail": detail[:300]})
+            self.reports.record("relay.error" if status == "error" else "relay.slow_consumer", status, {"detail": detail[:300]})
             return
         level = self.log.warning if status in ("error", "slow_consumer", "disconnected", "closed") else self.log.info
         level(f"relay.{status}", detail=detail)
-        event = RELAY_EVENTS.get(status)
+        event = STATUS_EVENTS.get(status)
         if event is not None:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
@@ -261,7 +253,7 @@ class Watcher:
         where = data.pop("log_only", {})
         level = self.log.info if REPORT_LEVEL.get(type_) == "info" else self.log.warning
         level(type_, **({"notice_id": notice_id} if notice_id else {}), **data, **where)
-        self.spool.emit(_report_event(type_), notice_id, data)
+        self.spool.emit("relay.error" if type_ == "relay.slow_consumer" else type_, notice_id, data)
 
     def on_progress_readable(self) -> None:
         for frames in ipc.pending(self.progress_sub):

@@ -319,10 +319,8 @@ class SlurmDrain:
                     refused[str(j)] = e.message
         finally:
             if moved or gone:
-                step = Step.DELETED if cancel else Step.REQUEUED
-                event: EventType = "drain.deleted" if cancel else "drain.requeued"
-                self._step(t, step, event, {"jobs": moved, "already_gone": gone,
-                                            "via": "scancel" if cancel else "scontrol requeue"})
+                self._step(t, Step.DELETED if cancel else Step.REQUEUED, "drain.deleted" if cancel else "drain.requeued",
+                           {"jobs": moved, "already_gone": gone, "via": "scancel" if cancel else "scontrol requeue"})
             if refused:
                 self._remember(t)
                 self._event(nid, "drain.error", {
