@@ -67,7 +67,8 @@ def _budget(cview: dict[str, Any] | None) -> Budget:
 
 def _notices(doc: Any) -> list[Notice]:
     out = []
-    for d in (doc or {}).get("active", []) if isinstance(doc, dict) else []:
+    active = doc.get("active") if isinstance(doc, dict) else None
+    for d in active if isinstance(active, list) else []:
         try:
             out.append(notice_from_dict(d))
         except ValueError:
