@@ -123,8 +123,13 @@ def report(worker: Supervised, log: Logger, emit: EventSink | None = None) -> in
     Call it from the thread that owns the log and the spool link (the process's loop)."""
     crashes = worker.take_crashes()
     for c in crashes:
-        data = {"thread": c.thread, "error": c.error, "restarts": c.restarts, "pause_s": c.pause_s}
-        log.error("agent.thread_restarted", **data)
-        if emit is not None:
-            emit("agent.thread_restarted", data=data)
+        say(c, log, emit)
     return len(crashes)
+
+
+def say(crash: Crash, log: Logger, emit: EventSink | None = None) -> None:
+    """One restart: an ``agent.thread_restarted`` log line, and the event with ``emit``."""
+    data = {"thread": crash.thread, "error": crash.error, "restarts": crash.restarts, "pause_s": crash.pause_s}
+    log.error("agent.thread_restarted", **data)
+    if emit is not None:
+        emit("agent.thread_restarted", data=data)

@@ -35,6 +35,7 @@ from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import STATUS_EVENTS, run_relay
+from watcher.tasks import supervised
 
 ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
@@ -356,15 +357,12 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
     loop = asyncio.get_running_loop()
     flag = StopFlag(on_stop=lambda: loop.call_soon_threadsafe(stop.set))
     w.announce()
-    tasks = [
-        asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
-        asyncio.create_task(poll_metadata(w, config, stop)),
-        asyncio.create_task(tick_loop(w, stop)),
-        asyncio.create_task(w.contracts.run(stop, lambda contract: w.changed.set())),
-    ]
-    # A task that raised (a bug, an input nobody foresaw) would leave the watcher alive but
-    # deaf or silent: exit non-zero instead, and supervisord starts a fresh one. A task that
-    # simply returns (relay or metadata not configured) is no failure.
+    loops = {"run_relay": lambda: run_relay(config, w.on_relay_payload, w.on_relay_status, stop),
+             "poll_metadata": lambda: poll_metadata(w, config, stop), "tick_loop": lambda: tick_loop(w, stop),
+             "contract_refresh": lambda: w.contracts.run(stop, lambda contract: w.changed.set())}
+    # A loop that raises runs again after a pause (watcher.tasks); should a task still fail, the
+    # watcher exits non-zero rather than live on deaf or silent. One that returns is no failure.
+    tasks = [asyncio.create_task(supervised(name, run, stop, log, w.spool.emit)) for name, run in loops.items()]
     pending: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait()), *tasks}
     failed: list[asyncio.Task[Any]] = []
     while not stop.is_set() and not failed:
