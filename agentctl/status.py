@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from common.contract import fallback_at
 from common.notice import Notice, notice_from_dict
 from common.timefmt import format_rfc3339
+from common.verdict import VerdictRecord, decode_verdicts
 from common.wire import (
     BUDGET_KEYS,
     BUILTIN_BUDGET,
@@ -22,7 +23,6 @@ from common.wire import (
     Step,
     decode_records,
 )
-from verifier.core import as_number
 from verifier.judge import Clock, clock_for, escalation
 from verifier.timeline import timeline
 
@@ -67,7 +67,8 @@ def _budget(cview: dict[str, Any] | None) -> Budget:
 
 def _notices(doc: Any) -> list[Notice]:
     out = []
-    for d in (doc or {}).get("active", []) if isinstance(doc, dict) else []:
+    active = doc.get("active") if isinstance(doc, dict) else None
+    for d in active if isinstance(active, list) else []:
         try:
             out.append(notice_from_dict(d))
         except ValueError:
@@ -99,6 +100,7 @@ class AgentFiles(NamedTuple):
 
 def summarize(*, node: str, hall: str, processes: list[str], files: AgentFiles, now: float) -> dict[str, Any]:
     verifier = files.verifier if isinstance(files.verifier, dict) else {}
+    verdicts = decode_verdicts(verifier.get("verdicts"))[0]
     records = decode_records(files.drains)[0] if isinstance(files.drains, dict) else {}
     cview = contract_view(files.contract)
     active = []
@@ -107,20 +109,20 @@ def summarize(*, node: str, hall: str, processes: list[str], files: AgentFiles, 
         clock = _clock(n, verifier, rec, _budget(cview))
         remaining = rec.remaining if rec is not None else None
         level = escalation(clock, now)
-        verdict = (verifier.get("verdicts") or {}).get(n.id)
+        verdict = verdicts.get(n.id)
         active.append({
             "id": n.id, "kind": n.kind, "channel": n.channel, "deadline": format_rfc3339(n.deadline),
             "seconds_left": round(n.deadline - now, 1), "cutoff_in_s": round(clock.cutoff - now, 1),
             "escalation": level.level if level else None, "drain_state": rec.state if rec is not None else None,
             "remaining_count": len(remaining) if remaining is not None else None,
             "remaining": remaining[:SHOW_REMAINING] if remaining is not None else None,
-            "verdict": verdict.get("outcome") if isinstance(verdict, dict) else None,
+            "verdict": (verdict.outcome or None) if verdict is not None else None,
             "timeline_ms": timeline(n, rec),
             "fallback": fallback_view(n, rec, now),
             "problem": rec.problem if rec is not None and rec.problem else None,
         })
     return {"node": node, "hall": hall, "processes": parse_processes(processes), "contract": cview,
-            "active": active, "last_verdict": last_verdict(verifier), "spool": files.spool}
+            "active": active, "last_verdict": last_verdict(verdicts), "spool": files.spool}
 
 
 def fallback_view(n: Notice, rec: DrainRecord | None, now: float) -> dict[str, Any] | None:
@@ -137,14 +139,14 @@ def fallback_view(n: Notice, rec: DrainRecord | None, now: float) -> dict[str, A
             "lead_s": rec.fallback_lead_s}
 
 
-def last_verdict(verifier: dict[str, Any]) -> dict[str, Any] | None:
-    verdicts = [v for v in (verifier.get("verdicts") or {}).values() if isinstance(v, dict)]
+def last_verdict(verdicts: dict[str, VerdictRecord]) -> dict[str, Any] | None:
+    """The latest verdict (verdicts.json, read through common.verdict's codec), as shown."""
     if not verdicts:
         return None
-    v = max(verdicts, key=lambda d: as_number(d.get("at")))
-    return {"notice_id": v.get("notice_id"), "outcome": v.get("outcome"), "held_up_by": v.get("held_up_by"),
-            "at": format_rfc3339(as_number(v.get("at"))), "left_count": v.get("left_count"),
-            "left": (v.get("left") or [])[:SHOW_REMAINING], "timeline_ms": v.get("timeline_ms")}
+    v = max(verdicts.values(), key=lambda r: r.at)
+    return {"notice_id": v.notice_id, "outcome": v.outcome, "held_up_by": v.held_up_by,
+            "at": format_rfc3339(v.at), "left_count": v.left_count,
+            "left": list(v.left[:SHOW_REMAINING]), "timeline_ms": v.timeline_ms}
 
 
 def _timeline_text(tl: dict[str, Any] | None) -> str:

@@ -11,10 +11,15 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol, TypeGuard, get_args
 
-EVENT_TYPES = frozenset({
-    "agent.started", "agent.process_exited", "agent.config_error",
+# The closed set of event types, defined once. Every emitting signature takes an ``EventType``,
+# so mypy (run by tests/run.sh over every product package) rejects a misspelt type at its call
+# site, rare path or not, instead of ``make_event`` raising in production, where the process
+# would restart into the same path (tests/repo/test_event_types.py proves mypy does). Types
+# read from disk or a socket are checked with ``is_event_type`` where they enter.
+EventType = Literal[
+    "agent.started", "agent.process_exited", "agent.config_error", "agent.thread_restarted",
     "notice.received", "notice.duplicate", "notice.rejected", "notice.ignored", "notice.withdrawn",
     "metadata.error", "relay.error", "relay.connected", "relay.disconnected",
     "contract.accepted", "contract.rejected", "contract.builtin",
@@ -28,7 +33,19 @@ EVENT_TYPES = frozenset({
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",
     "outbox.journal_error",
-})
+]
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+
+
+def is_event_type(value: object) -> TypeGuard[EventType]:
+    """Is ``value`` one of the closed set? For types that come from disk or a socket."""
+    return isinstance(value, str) and value in EVENT_TYPES
+
+
+class EventSink(Protocol):
+    """Where a part of a process sends its events (``SpoolLink.emit``; the spool's own events)."""
+
+    def __call__(self, type: EventType, /, *, data: dict[str, Any]) -> object: ...
 
 
 class Origin(NamedTuple):
@@ -40,10 +57,11 @@ class Origin(NamedTuple):
 
 
 def make_event(
-    type: str, origin: Origin, seq: int, *,
+    type: EventType, origin: Origin, seq: int, *,
     notice_id: str = "", data: dict[str, Any] | None = None, now: float | None = None,
 ) -> dict[str, Any]:
-    """Build one event record, with a fresh event id. Unknown types are a programming error, caught in tests."""
+    """Build one event record, with a fresh event id. An unknown type is a programming error that
+    mypy rejects at the call site; checked here too for a caller that went around the types."""
     if type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type!r}")
     ts = time.time() if now is None else now
@@ -97,7 +115,7 @@ class Outbox:
         self.pending: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self.dropped = 0
 
-    def add(self, type: str, notice_id: str = "", data: dict[str, Any] | None = None,
+    def add(self, type: EventType, notice_id: str = "", data: dict[str, Any] | None = None,
             now: float | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
         self.seq += 1

@@ -21,23 +21,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-Key = tuple[str, str]
-Say = Callable[[str, dict[str, Any]], None]
+# What a recorder's types are: an event type (common.events.EventType) where its reports become
+# events, so a misspelt one is a type error at the ``record`` call; any name where they are log lines.
+T = TypeVar("T", bound=str)
+Key = tuple[T, str]
 
 
-class Recorder:
+class Recorder(Generic[T]):
     """Counts occurrences per ``(type, reason)`` and says them at most once per ``every_s`` per key."""
 
-    def __init__(self, say: Say, every_s: float, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, say: Callable[[T, dict[str, Any]], None], every_s: float, clock: Callable[[], float] = time.monotonic,
                  limit: int = 256) -> None:
         self.say, self.every_s, self.clock, self.limit = say, every_s, clock, limit
-        self.totals: dict[Key, int] = {}
-        self._reported_at: dict[Key, float] = {}
-        self._pending: dict[Key, tuple[int, dict[str, Any]]] = {}   # key -> (count, latest data)
+        self.totals: dict[Key[T], int] = {}
+        self._reported_at: dict[Key[T], float] = {}
+        self._pending: dict[Key[T], tuple[int, dict[str, Any]]] = {}   # key -> (count, latest data)
 
-    def record(self, type_: str, reason: str, data: dict[str, Any] | None = None, n: int = 1,
+    def record(self, type_: T, reason: str, data: dict[str, Any] | None = None, n: int = 1,
                now: float | None = None) -> bool:
         """Count ``n`` occurrences; True when they were reported now (first of the key, or window passed).
 
@@ -59,10 +61,10 @@ class Recorder:
             if force or self._due(key, now):
                 self._report(key, now)
 
-    def total(self, type_: str, reason: str) -> int:
+    def total(self, type_: T, reason: str) -> int:
         return self.totals.get((type_, reason), 0)
 
-    def forget(self, type_: str, reason: str) -> None:
+    def forget(self, type_: T, reason: str) -> None:
         """Start the key afresh: its next occurrence is reported at once (e.g. after a recovery)."""
         self._reported_at.pop((type_, reason), None)
 
@@ -70,10 +72,10 @@ class Recorder:
         """Start every key afresh (a recovery from all failures at once); totals are kept."""
         self._reported_at.clear()
 
-    def _due(self, key: Key, now: float) -> bool:
+    def _due(self, key: Key[T], now: float) -> bool:
         return now - self._reported_at.get(key, float("-inf")) >= self.every_s
 
-    def _report(self, key: Key, now: float) -> None:
+    def _report(self, key: Key[T], now: float) -> None:
         count, data = self._pending.pop(key)
         self._reported_at.pop(key, None)
         self._reported_at[key] = now

@@ -9,13 +9,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 
 from common import ipc
 from common.config import ENV_PATH, Config, ConfigError, load
-from common.events import Outbox
+from common.events import EventSink, EventType, Outbox
 from common.journal import Journal, journal_path
 from common.log import Logger
 from common.recorder import Recorder
@@ -100,10 +100,11 @@ class Rejections:
     ``counts`` may be the process's own counter dict (the watcher publishes its counters).
     """
 
-    def __init__(self, log: Logger, what: str = "ipc", emit: Callable[..., Any] | None = None,
+    def __init__(self, log: Logger, what: Literal["ipc", "socket"] = "ipc", emit: EventSink | None = None,
                  counts: dict[str, int] | None = None, every_s: float = REJECT_REPORT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.what, self.emit = log, what, emit
+        self.event: EventType = "socket.rejected" if what == "socket" else "ipc.rejected"
         self.counts = counts if counts is not None else {}
         self.recorder = Recorder(self._say, every_s, clock)
 
@@ -122,14 +123,14 @@ class Rejections:
         """Count ``n`` refusals of one reason (a bounded label) at once."""
         key = f"{self.what}.rejected.{reason}"
         self.counts[key] = self.counts.get(key, 0) + n
-        self.recorder.record(f"{self.what}.rejected", reason,
+        self.recorder.record(self.event, reason,
                              {"socket": where, "reason": reason, "detail": detail[:300]}, n)
 
     def tick(self, force: bool = False) -> None:
         """Report every reason counted since its last report whose window has passed (all: ``force``)."""
         self.recorder.tick(force)
 
-    def _say(self, type_: str, data: dict[str, Any]) -> None:
+    def _say(self, type_: EventType, data: dict[str, Any]) -> None:
         self.log.warning(type_, **data)
         if self.emit is not None:
             self.emit(type_, data=data)
@@ -162,7 +163,7 @@ class SpoolLink:
         self.journal.replayed = []
         self._report_journal()
 
-    def emit(self, type: str, notice_id: str = "", data: dict[str, Any] | None = None,
+    def emit(self, type: EventType, notice_id: str = "", data: dict[str, Any] | None = None,
              now: float | None = None) -> dict[str, Any]:
         ev = self.outbox.add(type, notice_id, data, now)
         if not self.journal.append(ev):

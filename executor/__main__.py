@@ -25,6 +25,7 @@ import zmq
 from common import ipc, state_file, wire
 from common.config import Config
 from common.contract import BUILTIN
+from common.events import EventType
 from common.log import Logger
 from common.loop import Loop
 from common.runtime import Rejections, SpoolLink, StopFlag, start
@@ -57,7 +58,7 @@ class Executor:
         self.published_at = 0.0
 
     # -- the drain core's Shell ---------------------------------------------------
-    def emit(self, type: str, notice_id: str, data: dict[str, Any], now: float) -> object:
+    def emit(self, type: EventType, notice_id: str, data: dict[str, Any], now: float) -> object:
         return self.spool.emit(type, notice_id, data, now)
 
     def save(self) -> None:

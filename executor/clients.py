@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from common.config import Config
+from common.events import EventSink
 from common.log import Logger
 from common.runtime import Rejections
 from executor import workload_map
@@ -31,7 +31,7 @@ class AckSeen:
 
 
 class Clients:
-    def __init__(self, server: AgentSocketServer, path: str, log: Logger, emit: Callable[..., Any]) -> None:
+    def __init__(self, server: AgentSocketServer, path: str, log: Logger, emit: EventSink) -> None:
         self.server = server
         self.path = path
         self.pods: dict[int, str | None] = {}   # client -> its pod UID (None: in no pod)
@@ -42,7 +42,7 @@ class Clients:
         self._turn: list[dict[str, Any]] = []   # the notices announced since the last tell()
 
     @classmethod
-    def open(cls, config: Config, log: Logger, emit: Callable[..., Any]) -> Clients | None:
+    def open(cls, config: Config, log: Logger, emit: EventSink) -> Clients | None:
         """Listen on the configured socket; None if it cannot be used (logged): the drain still runs,
         workloads just are not told."""
         s = config.agent_socket

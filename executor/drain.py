@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from common.contract import BUILTIN, Contract, fallback_at
+from common.events import EventType
 from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
@@ -57,7 +58,7 @@ class Shell(Protocol):
 
     log: Logger
 
-    def emit(self, type: str, notice_id: str, data: dict[str, Any], now: float) -> object:
+    def emit(self, type: EventType, notice_id: str, data: dict[str, Any], now: float) -> object:
         """Send an event to the spool."""
 
     def save(self) -> None:
@@ -161,7 +162,7 @@ class Drains:
             self._announce(n.id, "drain.dry_run", data, now)
         if not told:
             self._step(StepDone(n.id, Step.CLIENTS_TOLD, "drain.clients_told", {"clients": self.clients.count()}),
-                       rec, now)
+                       rec, now, "drain.clients_told")
 
     def _collect_acks(self, now: float) -> None:
         if self.clients is None:
@@ -206,8 +207,8 @@ class Drains:
         return _APPLY[type(r)](self, r, rec, now)
 
     def _on_step(self, r: StepDone, rec: DrainRecord, now: float) -> bool:
-        if r.event:
-            self._step(r, rec, now)
+        if r.event is not None:
+            self._step(r, rec, now, r.event)
         else:
             rec.steps[r.step] = now
         return True
@@ -248,15 +249,15 @@ class Drains:
         self.shell.emit("drain.config_error", r.notice_id, {"reason": r.reason}, now)
         return True
 
-    def _step(self, r: StepDone, rec: DrainRecord, now: float) -> None:
+    def _step(self, r: StepDone, rec: DrainRecord, now: float, event: EventType) -> None:
         """A step done: recorded, saved, announced, published."""
         rec.steps[r.step] = now
         self.save_now(now)
         data = dict(r.data, since_received_ms=round((now - rec.received_at) * 1000))
-        self._announce(r.notice_id, r.event, data, now)
+        self._announce(r.notice_id, event, data, now)
         self.shell.publish()
 
-    def _announce(self, nid: str, event: str, data: dict[str, Any], now: float) -> None:
+    def _announce(self, nid: str, event: EventType, data: dict[str, Any], now: float) -> None:
         self.log.info(event, notice_id=nid, **data)
         self.shell.emit(event, nid, data, now)
 

@@ -28,6 +28,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, Protocol
 
 from common.contract import BUILTIN, Contract
+from common.events import EventType
 from common.wire import Budget, PhaseEnds
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class StepDone:
 
     notice_id: str
     step: str
-    event: str = ""
+    event: EventType | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,7 +91,7 @@ class Announce:
     """Something that happened (``event`` is a common.events type): logged and spooled, not recorded."""
 
     notice_id: str
-    event: str
+    event: EventType
     data: dict[str, Any] = field(default_factory=dict)
 
 

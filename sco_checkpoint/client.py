@@ -94,7 +94,7 @@ class Connection:
         line, self._buf = self._buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):   # RecursionError: nesting deeper than the parser goes
             raise ProtocolError(f"not JSON from the agent: {line[:80]!r}") from None
         if not isinstance(msg, dict):
             raise ProtocolError("a message from the agent is not an object")
@@ -208,6 +208,8 @@ class NoticeListener:
         self._stop = threading.Event()
         self._conn: Connection | None = None
         self._thread: threading.Thread | None = None
+        self.restarts = 0        # connections that ended on an exception nobody foresaw
+        self.last_error = ""     # the latest of them, "<type>: <message>"
 
     def start(self) -> NoticeListener:
         self._thread = threading.Thread(target=self.run, name="sco-notice-listener", daemon=True)
@@ -236,7 +238,10 @@ class NoticeListener:
         return True
 
     def run(self) -> None:
-        """Serve until stop(), or until the first disconnect when ``reconnect`` is False."""
+        """Serve until stop(), or until the first disconnect when ``reconnect`` is False. Whatever
+        ends a connection -- the agent going, a line that is not the protocol, an exception nobody
+        foresaw (counted in ``restarts``) -- it connects again after a backoff: the workload's
+        listener never dies silently, or it would never hear of a notice again."""
         attempt = 0
         while not self._stop.is_set():
             try:
@@ -246,6 +251,9 @@ class NoticeListener:
                 self._serve(self._conn)
             except (OSError, ProtocolError):
                 pass
+            except Exception as e:  # noqa: BLE001 -- a listener must not die silently: counted, connected again
+                self.restarts += 1
+                self.last_error = f"{type(e).__name__}: {e}"[:300]
             finally:
                 self.connected.clear()
                 if self._conn is not None:

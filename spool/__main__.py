@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from common import ipc, wire
+from common import ipc, supervise, wire
 from common.config import Config
-from common.events import Origin, make_event
+from common.events import EventType, Origin, make_event
 from common.log import Logger
 from common.loop import Loop
 from common.runtime import Rejections, StopFlag, start
@@ -95,11 +95,11 @@ class Spool:
 
     # -- the loop --------------------------------------------------------------------
     def run(self, stop: StopFlag) -> int:
-        """Serve until SIGTERM (exit 0) or a dead shipper thread (exit 1: supervisord restarts us)."""
-        self.loop.run(stop, lambda ready: self.after_round(), self.timeout_ms,
-                      until=lambda: self.shipper is not None and bool(self.shipper.crashed))
+        """Serve until SIGTERM (exit 0). A shipper thread that dies of a bug is restarted in here
+        (common.supervise), not by exiting: the intake goes on meanwhile."""
+        self.loop.run(stop, lambda ready: self.after_round(), self.timeout_ms)
         self.shutdown()
-        return 1 if self.shipper is not None and self.shipper.crashed else 0
+        return 0
 
     def timeout_ms(self) -> int:
         if self.intake.held or not self.store.is_open:
@@ -113,6 +113,8 @@ class Spool:
 
     def after_round(self) -> None:
         """What follows the reads of a round: write, sync once, acknowledge."""
+        if self.shipper is not None:
+            supervise.report(self.shipper.worker, self.log, lambda t, data: self.own_event(t, data, time.time()))
         self.collect_reports()
         self.rejections.tick()
         self.attach_drops()
@@ -203,7 +205,7 @@ class Spool:
             else:
                 self.own_event(type_, data, when)
 
-    def own_event(self, type_: str, data: dict[str, Any], when: float) -> bytes:
+    def own_event(self, type_: EventType, data: dict[str, Any], when: float) -> bytes:
         self.seq += 1
         ev = make_event(type_, self.origin, self.seq, data=data, now=when)
         payload = encode(ev)

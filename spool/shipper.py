@@ -23,6 +23,7 @@ import time
 from common.http import HttpClient, HttpError
 from common.log import Logger
 from common.recorder import Recorder
+from common.supervise import Supervised
 from common.timefmt import format_rfc3339
 from spool import poison
 from spool.ring import SpoolIOError
@@ -48,10 +49,14 @@ FAILING_REPORT_S = 60.0   # a failing streak: said when it starts, then with its
 Answer = tuple[str, int | None, str]   # (verdict, status, message)
 
 
-class Shipper(threading.Thread):
+class Shipper:
+    """The shipping loop in a supervised thread (common.supervise): a bug that ends it -- a record
+    of a shape nobody foresaw, say -- restarts it after a pause, counted and said by the spool's
+    loop, while the intake goes on taking events; it used to end the whole process, which
+    supervisord restarted into the same batch."""
+
     def __init__(self, store: Store, log: Logger, url: str | None, batch_max: int, *,
                  policy: ShipPolicy | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(name="shipper", daemon=True)
         policy = policy or ShipPolicy()
         self.store = store
         self.log = log
@@ -61,15 +66,15 @@ class Shipper(threading.Thread):
         self.backoff = Backoff(rng or random.Random(), time.monotonic, policy.backoff_base_s, policy.backoff_cap_s)
         self.url = url
         self.poison_path = os.path.join(os.path.dirname(store.path) or ".", poison.POISON_FILE)
-        self.stopping = threading.Event()
+        self.worker = Supervised("shipper", self._run)
+        self.stopping = self.worker.stopping
         self._client: HttpClient | None = None
         self._client_url: str | None = None
         # ship.failing per (type, reason): this thread's own (a Recorder is not thread-safe).
-        self.failing = Recorder(lambda type_, data: self.log.warning(type_, **data), FAILING_REPORT_S)
+        self.failing: Recorder[str] = Recorder(lambda type_, data: self.log.warning(type_, **data), FAILING_REPORT_S)
         self.attempts = 0          # POSTs sent, counters for tests and the stop log line
         self.shipped = 0
         self.set_aside = 0
-        self.crashed = ""          # set if the loop died of a bug: the process then exits to be restarted
 
     @property
     def failures(self) -> int:
@@ -82,25 +87,28 @@ class Shipper(threading.Thread):
         self.url = url
         self.store.changed.set()
 
+    def start(self) -> Shipper:
+        self.worker.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self.worker.is_alive()
+
     def stop(self, timeout_s: float = STOP_WAIT_S) -> bool:
         """Stop after the current request; True if the thread ended within ``timeout_s``."""
-        self.stopping.set()
+        self.worker.stop()
         self.store.changed.set()
-        if self.is_alive():
-            self.join(timeout_s)
-        return not self.is_alive()
+        return self.worker.join(timeout_s)
 
     # -- the loop ----------------------------------------------------------------------
-    def run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         try:
             self._loop()
-        except Exception as e:   # noqa: BLE001 -- reported to the intake loop, which exits for a clean restart
-            self.crashed = f"{type(e).__name__}: {e}"
-            self.log.error("ship.crashed", error=self.crashed[:500])
         finally:
             self.failing.tick(force=True)   # nothing counted goes unsaid
-            if self._client is not None:
+            if self._client is not None:    # a restart connects afresh
                 self._client.close()
+                self._client, self._client_url = None, None
 
     def _loop(self) -> None:
         while not self.stopping.is_set():

@@ -15,10 +15,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from common.events import EventType
 from common.timefmt import format_rfc3339
 from spool.ring import Dropped, SpoolRing
 
-Report = tuple[float, str, dict[str, Any]]   # (when, event type, data)
+Report = tuple[float, EventType, dict[str, Any]]   # (when, event type, data)
 
 
 def drop_data(d: Dropped) -> dict[str, Any]:
@@ -114,7 +115,7 @@ class Store:
         with self.lock:
             return self.ring.stats()["free_bytes"] if self.ring is not None and not self.closed else 0
 
-    def report(self, type: str, data: dict[str, Any]) -> None:
+    def report(self, type: EventType, data: dict[str, Any]) -> None:
         """Queue an event about the spool itself; safe from any thread."""
         self._reports.append((self.clock(), type, data))
 

@@ -39,13 +39,13 @@ from typing import Any
 import zmq
 
 from common.config import Config, ConfigError, load
-from common.events import Outbox
+from common.events import EventType, Outbox
 from common.log import Logger
 from common.runtime import SpoolLink
 
 # supervisor's event name -> the state recorded; every other event is ignored.
 WATCHED = {"PROCESS_STATE_EXITED": "EXITED", "PROCESS_STATE_FATAL": "FATAL"}
-EVENT_TYPE = "agent.process_exited"
+EVENT_TYPE: EventType = "agent.process_exited"
 # Events kept for the spool while it is down: a crash loop of four programs with
 # startretries=100 is 400 exits, so this covers a long outage; beyond it, counted drops.
 OUTBOX_LIMIT = 1000

@@ -18,9 +18,10 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import ipc, state_file, supervise, wire
 from common.config import Config
 from common.contract import BUILTIN, Contract
+from common.events import is_event_type
 from common.fsutil import write_atomic
 from common.log import Logger
 from common.loop import Loop
@@ -55,7 +56,7 @@ class Verifier:
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
         self.fallback_path = os.path.join(rd, FALLBACK_FILE)
         self.save_failing = os.path.exists(self.fallback_path)   # removed at the next good save
-        self.state = core.normalize(self._load())
+        self.state, damaged = core.load(self._load())
         self.started = time.time()
         self.heard: set[bytes] = set()
         self.active: dict[str, Notice] = {}
@@ -69,6 +70,9 @@ class Verifier:
         self.contract: Contract = BUILTIN
         self.move_step = "requeue" if config.node.scheduler == "slurm" else "evict"
         self.rejections = Rejections(log, emit=self.spool.emit)
+        # A damaged verdict is kept (its notice stays judged) or dropped, and said once, here.
+        for nid, why in damaged.items():
+            self.rejections.add(STATE_FILE, wire.BadRecord(f"verdict of {nid[:64]!r}: {why}"))
         self.metrics_path = config.metrics.textfile
         self.metrics_dirty = True
         self.metrics_failed = False
@@ -95,9 +99,10 @@ class Verifier:
         self.state["generation"] += 1
         # Logged once per failing spell; the fallback's failures every time (announced anyway:
         # a verdict no disk could keep is still a verdict).
-        if not state_file.save(self.state_path, self.state, self.log, report=not self.save_failing):
+        doc = core.to_json(self.state)
+        if not state_file.save(self.state_path, doc, self.log, report=not self.save_failing):
             self.save_failing = True
-            state_file.save(self.fallback_path, self.state, self.log)
+            state_file.save(self.fallback_path, doc, self.log)
             return
         if self.save_failing:
             self.save_failing = False
@@ -172,7 +177,7 @@ class Verifier:
         events = []
         for e in emits:
             self.log.info(e.type, **{**e.data, "notice_id": e.notice_id})
-            if e.spool:
+            if is_event_type(e.type):
                 ev = self.spool.outbox.add(e.type, e.notice_id, e.data, now)
                 self.state["unacked"][ev["event_id"]] = ev
                 events.append(ev)
@@ -204,8 +209,11 @@ class Verifier:
             self.metrics_failed = True
 
     def turn(self, now: float) -> None:
-        """The housekeeping after each poll: judge, resend, report refusals, publish, metrics."""
+        """The housekeeping after each poll: judge, say restarts of the reader, resend, report refusals,
+        publish, metrics."""
         self.check(now)
+        if self.observer is not None and self.observer.worker is not None:
+            supervise.report(self.observer.worker, self.log, self.spool.emit)
         self.spool.tick(now)
         self.rejections.tick()
         if now - self.published_at >= PUBLISH_EVERY_S:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from common.events import EventType, is_event_type
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
-from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED
+from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, VerdictRecord, decode_verdicts
 from common.wire import (
     BUILTIN_BUDGET,
     LEVELS,
@@ -36,7 +37,7 @@ PUBLISHED_RECENT = 8      # verdicts of gone notices still re-announced on verif
 # Verdicts after which nothing escalates: the drain is over and nothing is owed.
 SETTLED = (DONE, DRY_RUN, IGNORED)
 # The event each verdict is announced as (drain.dry_run and drain.ignored are the executor's own).
-VERDICT_EVENTS = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
+VERDICT_EVENTS: dict[str, EventType] = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
                   DRY_RUN: "drain.dry_run_judged", IGNORED: "drain.ignored_judged"}
 
 
@@ -54,14 +55,21 @@ class View:
     seen: Observation | None = None          # the verifier's own latest read of the scheduler
 
 
+# What the verifier says in its log only: a clock moved or stopped is no event of the spool's.
+LogOnly = Literal["verifier.clock_rebased", "verifier.clock_stopped"]
+
+
 @dataclass(frozen=True, slots=True)
 class Emit:
-    """Something to announce: an event (to the spool when ``spool``) and always a log line."""
+    """Something to announce: always a log line, and an event to the spool when its type is one."""
 
-    type: str
+    type: EventType | LogOnly
     notice_id: str
     data: dict[str, Any]
-    spool: bool = True
+
+    @property
+    def spool(self) -> bool:
+        return is_event_type(self.type)
 
 
 def as_number(x: Any) -> float:
@@ -84,24 +92,43 @@ def new_state() -> dict[str, Any]:
 
 
 def normalize(doc: Any) -> dict[str, Any]:
-    """A loaded state file with every key present; anything unusable is dropped, entry by entry.
+    """``load(doc)``'s state alone."""
+    return load(doc)[0]
+
+
+def load(doc: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """A loaded state file with every key present, and what was wrong in it by verdict; anything
+    unusable is dropped, entry by entry. Verdicts are ``VerdictRecord``s (common.verdict's codec).
 
     Deep, not just top-level: whatever is kept here is used without further checks, and a
     verifier that crashed on its own state file would restart into the same crash.
     """
     state = new_state()
+    problems: dict[str, str] = {}
     if isinstance(doc, dict):
         for key, default in state.items():
             value = doc.get(key, default)
             state[key] = value if isinstance(value, type(default)) else default
         state["metrics"] = metrics.clean(state["metrics"])
         state["clocks"] = {nid: c for nid, c in state["clocks"].items() if _valid_clock(c)}
-        for key in ("verdicts", "escalated", "unacked"):
+        for key in ("escalated", "unacked"):
             state[key] = {k: v for k, v in state[key].items() if isinstance(v, dict)}
+        state["verdicts"], problems = decode_verdicts(state["verdicts"])
         state["escalated"] = {nid: {lvl: as_epoch(t) for lvl, t in seen.items()
                                     if lvl in LEVELS and as_epoch(t)}
                               for nid, seen in state["escalated"].items()}
-    return state
+    return state, problems
+
+
+def to_json(state: dict[str, Any]) -> dict[str, Any]:
+    """The state as verdicts.json holds it (the one place verdicts are written)."""
+    return {**state, "verdicts": {nid: v.to_dict() for nid, v in state["verdicts"].items()}}
+
+
+def settled(state: dict[str, Any], nid: str) -> bool:
+    """Has ``nid`` a verdict after which nothing is owed (done, dry run, ignored)?"""
+    v: VerdictRecord | None = state["verdicts"].get(nid)
+    return v is not None and v.outcome in SETTLED
 
 
 def _valid_clock(c: Any) -> bool:
@@ -125,7 +152,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
     emits: list[Emit] = []
     changed = _forget(state, view, now, emits)
     for n in view.active.values():
-        if n.id in state["verdicts"] and state["verdicts"][n.id].get("outcome") in SETTLED:
+        if settled(state, n.id):
             continue
         if n.id not in state["clocks"]:
             if n.id in state["verdicts"]:
@@ -146,14 +173,13 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
             continue
         tl = timeline(n, rec, view.arrivals.get(n.id), verdict_at=now,
                       escalations=state["escalated"].get(n.id))
-        data = verdict.to_dict()
-        data.update(kind=n.kind, channel=n.channel, timeline_ms=tl, left_count=len(verdict.left),
-                    left=list(verdict.left[:MAX_LEFT]), issued_at=format_rfc3339(clock.issued_at),
-                    cutoff=format_rfc3339(clock.cutoff),
-                    deadline=format_rfc3339(clock.deadline), margin_s=clock.margin_s)
-        if verdict.finished_at > clock.cutoff:
-            data["late_ms"] = round((verdict.finished_at - clock.cutoff) * 1000)
-        state["verdicts"][n.id] = data
+        record = VerdictRecord.of(
+            verdict, max_left=MAX_LEFT, kind=n.kind, channel=n.channel, timeline_ms=tl,
+            issued_at=format_rfc3339(clock.issued_at), cutoff=format_rfc3339(clock.cutoff),
+            deadline=format_rfc3339(clock.deadline), margin_s=clock.margin_s,
+            late_ms=round((verdict.finished_at - clock.cutoff) * 1000) if verdict.finished_at > clock.cutoff else None)
+        state["verdicts"][n.id] = record
+        data = record.to_dict()
         metrics.inc(state["metrics"], "sco_agent_verdicts_total",
                     (verdict.outcome, verdict.held_up_by or "none"))
         metrics.observe_timeline(state["metrics"], tl)
@@ -181,8 +207,7 @@ def _rebase(state: dict[str, Any], n: Notice, rec: DrainRecord, emits: list[Emit
     state["clocks"][n.id] = clock.to_dict()
     emits.append(Emit("verifier.clock_rebased", n.id, {
         "margin_s": clock.margin_s, "cutoff": format_rfc3339(clock.cutoff),
-        "checkpoint_by": format_rfc3339(clock.checkpoint_at), "evict_by": format_rfc3339(clock.evict_at)},
-        spool=False))
+        "checkpoint_by": format_rfc3339(clock.checkpoint_at), "evict_by": format_rfc3339(clock.evict_at)}))
     return clock
 
 
@@ -216,9 +241,9 @@ def _forget(state: dict[str, Any], view: View, now: float, emits: list[Emit]) ->
             state["escalated"].pop(nid, None)
             changed = True
             if nid not in state["verdicts"]:
-                emits.append(Emit("verifier.clock_stopped", nid, {"reason": "withdrawn"}, spool=False))
+                emits.append(Emit("verifier.clock_stopped", nid, {"reason": "withdrawn"}))
     for nid, v in list(state["verdicts"].items()):
-        if nid not in view.active and nid not in state["clocks"] and now - as_number(v.get("at")) > VERDICT_MEMORY_S:
+        if nid not in view.active and nid not in state["clocks"] and now - v.at > VERDICT_MEMORY_S:
             del state["verdicts"][nid]
             state["escalated"].pop(nid, None)
             changed = True
@@ -230,7 +255,7 @@ def escalations(state: dict[str, Any], active: dict[str, Notice]) -> dict[str, E
     overrun notice."""
     out = {}
     for nid, seen in state["escalated"].items():
-        if nid not in active or state["verdicts"].get(nid, {}).get("outcome") in SETTLED or not seen:
+        if nid not in active or settled(state, nid) or not seen:
             continue
         level = max(seen, key=LEVELS.index)
         out[nid] = Escalation(level, seen[level])

@@ -6,8 +6,9 @@ spec.nodeName=<node>`` (what still counts, by ``common.pod_filters``), with the 
 section's read credentials (token_file, or the client certificate) over ``common.http``. Slurm:
 ``sinfo`` (drained?) and ``squeue`` (jobs still R, CG or S on the node). Nothing here writes.
 
-``Observer`` reads in a daemon thread, about once a second while the verifier wants it (a
-notice is open), so a slow server never holds up the verifier's loop; the loop takes the
+``Observer`` reads in a daemon thread (supervised: restarted if it dies, common.supervise), about
+once a second while the verifier wants it (a notice is open), so a slow server never holds up the
+verifier's loop; the loop takes the
 latest ``Observation`` into its ``View``. http.client and ssl (about 4 MiB) are imported when the
 first read is made, not by an idle verifier; so is subprocess, which only a Slurm read needs.
 """
@@ -23,6 +24,7 @@ from urllib.parse import quote
 import ujson
 
 from common.pod_filters import pod_key, pods_that_count
+from common.supervise import Crash, Supervised
 from verifier.judge import Observation
 
 if TYPE_CHECKING:
@@ -41,6 +43,32 @@ def _token(path: str) -> str:
         return ""
     with open(path, encoding="utf-8") as f:
         return f.read(65536).strip()
+
+
+def _field(obj: dict[str, Any], key: str, kind: type, what: str) -> Any:
+    """``obj[key]`` if it is a ``kind`` (absent or null: an empty one); else the read is refused.
+
+    The server's answer is refused whole, never guessed at: a shape nobody foresaw used to end the
+    reading thread (issue 26), and a pod whose shape cannot be read cannot be said to be gone."""
+    value = obj.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise ReadError(f"{what}: {key} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+def _pod(p: Any) -> dict[str, Any]:
+    """A listed pod whose every part the filters read (common.pod_filters) has its shape."""
+    if not isinstance(p, dict):
+        raise ReadError(f"the pod list: an item is a {type(p).__name__}, not an object")
+    for key in ("metadata", "spec", "status"):
+        _field(p, key, dict, "a pod")
+    md = p.get("metadata") or {}
+    _field(md, "annotations", dict, "a pod's metadata")
+    if not all(isinstance(ref, dict) for ref in _field(md, "ownerReferences", list, "a pod's metadata")):
+        raise ReadError("a pod's metadata: an ownerReference is not an object")
+    return p
 
 
 class KubeReader:
@@ -78,16 +106,15 @@ class KubeReader:
 
     def read(self) -> tuple[bool, tuple[str, ...]]:
         node = self._get(f"/api/v1/nodes/{quote(self.node)}")
-        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        cordoned = bool(_field(node, "spec", dict, "the node").get("unschedulable"))
         pods: list[dict[str, Any]] = []
         cont = ""
         for _ in range(MAX_PAGES):
             path = f"/api/v1/pods?fieldSelector={quote(f'spec.nodeName={self.node}')}&limit=500"
             doc = self._get(path + (f"&continue={quote(cont)}" if cont else ""))
-            items = doc.get("items") or []
-            pods += [p for p in items if isinstance(p, dict)
-                     and (p.get("spec") or {}).get("nodeName") == self.node]
-            cont = str((doc.get("metadata") or {}).get("continue") or "")
+            items = _field(doc, "items", list, "the pod list")
+            pods += [p for p in items if (_pod(p).get("spec") or {}).get("nodeName") == self.node]
+            cont = str(_field(doc, "metadata", dict, "the pod list").get("continue") or "")
             if not cont:
                 return cordoned, tuple(sorted(pod_key(p) for p in pods_that_count(pods)))
         raise ReadError(f"more than {MAX_PAGES} pages of pods")
@@ -142,43 +169,51 @@ def reader_for(config: Config) -> Callable[[], KubeReader | SlurmReader] | None:
 
 
 class Observer:
-    """Reads the scheduler in a daemon thread while ``wanted``; ``latest`` is the last result."""
+    """Reads the scheduler in a supervised daemon thread while ``wanted``; ``latest`` is the last result.
+
+    The thread is restarted, after a growing pause, if it ends on an exception it does not expect
+    (common.supervise); until its next good read, ``latest`` says the read crashed, so a verdict
+    given meanwhile names why it is not "done". ``worker`` is None until the first ``want``."""
 
     def __init__(self, make: Callable[[], KubeReader | SlurmReader],
                  clock: Callable[[], float] = time.time) -> None:
         self._make, self._clock = make, clock
         self.wanted = threading.Event()
-        self._stop = threading.Event()
         self.latest: Observation | None = None   # replaced whole (an atomic reference swap)
-        self._thread: threading.Thread | None = None
+        self.worker: Supervised | None = None
 
     def want(self, on: bool) -> None:
         if on:
             self.wanted.set()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="verifier-read", daemon=True)
-                self._thread.start()
+            if self.worker is None:
+                self.worker = Supervised("verifier-read", self._run, on_crash=self._crashed).start()
         else:
             self.wanted.clear()
 
     def stop(self) -> None:
-        self._stop.set()
+        if self.worker is not None:
+            self.worker.stop()
         self.wanted.set()
 
-    def _run(self) -> None:
+    def _crashed(self, crash: Crash) -> None:
+        self.latest = Observation(self._clock(), False, None, f"the verifier's read crashed: {crash.error}")
+
+    def _run(self, stopping: threading.Event) -> None:
         reader = None
-        while not self._stop.is_set():
-            self.wanted.wait()
-            if self._stop.is_set():
-                break
-            started = self._clock()
-            try:
-                if reader is None:
-                    reader = self._make()
-                cordoned, left = reader.read()
-                self.latest = Observation(started, cordoned, left)
-            except (ReadError, OSError, ValueError) as e:
-                self.latest = Observation(started, False, None, str(e)[:300])
-            self._stop.wait(READ_EVERY_S)
-        if reader is not None:
-            reader.close()
+        try:
+            while not stopping.is_set():
+                self.wanted.wait()
+                if stopping.is_set():
+                    break
+                started = self._clock()
+                try:
+                    if reader is None:
+                        reader = self._make()
+                    cordoned, left = reader.read()
+                    self.latest = Observation(started, cordoned, left)
+                except (ReadError, OSError, ValueError) as e:
+                    self.latest = Observation(started, False, None, str(e)[:300])
+                stopping.wait(READ_EVERY_S)
+        finally:
+            if reader is not None:   # a new one after a restart: nothing of a broken one is kept
+                reader.close()

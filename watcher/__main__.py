@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 
 from common import ipc, state_file, wire
 from common.config import Config
+from common.events import EventType
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
@@ -33,7 +34,8 @@ from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, MetadataSource
-from watcher.relay import run_relay
+from watcher.relay import STATUS_EVENTS, run_relay
+from watcher.tasks import supervised
 
 ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
@@ -51,7 +53,7 @@ REPEAT_REPORT_S = 60.0
 # What the throttled reports are logged at; the event type is the log message, except
 # the relay's, whose errors and drops share one event type.
 REPORT_LEVEL = {"notice.ignored": "info"}
-REPORT_EVENT = {"relay.slow_consumer": "relay.error"}
+Report = EventType | Literal["relay.slow_consumer"]
 
 
 class Watcher:
@@ -238,22 +240,21 @@ class Watcher:
         self.count(f"relay.{status}")
         now = time.time()
         if status in ("error", "slow_consumer"):
-            self.reports.record(f"relay.{status}", status, {"detail": detail[:300]})
+            self.reports.record("relay.error" if status == "error" else "relay.slow_consumer", status, {"detail": detail[:300]})
             return
         level = self.log.warning if status in ("error", "slow_consumer", "disconnected", "closed") else self.log.info
         level(f"relay.{status}", detail=detail)
-        event = {"connected": "relay.connected", "reconnected": "relay.connected",
-                 "disconnected": "relay.disconnected"}.get(status)
-        if event:
+        event = STATUS_EVENTS.get(status)
+        if event is not None:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
-    def _say(self, type_: str, data: dict[str, Any]) -> None:
+    def _say(self, type_: Report, data: dict[str, Any]) -> None:
         """A throttled report (self.reports): a log line and a spool event of what was counted."""
         notice_id = data.pop("notice_id", "")
         where = data.pop("log_only", {})
         level = self.log.info if REPORT_LEVEL.get(type_) == "info" else self.log.warning
         level(type_, **({"notice_id": notice_id} if notice_id else {}), **data, **where)
-        self.spool.emit(REPORT_EVENT.get(type_, type_), notice_id, data)
+        self.spool.emit("relay.error" if type_ == "relay.slow_consumer" else type_, notice_id, data)
 
     def on_progress_readable(self) -> None:
         for frames in ipc.pending(self.progress_sub):
@@ -356,15 +357,12 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
     loop = asyncio.get_running_loop()
     flag = StopFlag(on_stop=lambda: loop.call_soon_threadsafe(stop.set))
     w.announce()
-    tasks = [
-        asyncio.create_task(run_relay(config, w.on_relay_payload, w.on_relay_status, stop)),
-        asyncio.create_task(poll_metadata(w, config, stop)),
-        asyncio.create_task(tick_loop(w, stop)),
-        asyncio.create_task(w.contracts.run(stop, lambda contract: w.changed.set())),
-    ]
-    # A task that raised (a bug, an input nobody foresaw) would leave the watcher alive but
-    # deaf or silent: exit non-zero instead, and supervisord starts a fresh one. A task that
-    # simply returns (relay or metadata not configured) is no failure.
+    loops = {"run_relay": lambda: run_relay(config, w.on_relay_payload, w.on_relay_status, stop),
+             "poll_metadata": lambda: poll_metadata(w, config, stop), "tick_loop": lambda: tick_loop(w, stop),
+             "contract_refresh": lambda: w.contracts.run(stop, lambda contract: w.changed.set())}
+    # A loop that raises runs again after a pause (watcher.tasks); should a task still fail, the
+    # watcher exits non-zero rather than live on deaf or silent. One that returns is no failure.
+    tasks = [asyncio.create_task(supervised(name, run, stop, log, w.spool.emit)) for name, run in loops.items()]
     pending: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait()), *tasks}
     failed: list[asyncio.Task[Any]] = []
     while not stop.is_set() and not failed:

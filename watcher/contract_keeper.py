@@ -19,11 +19,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from common import state_file
 from common.config import Config
 from common.contract import Contract
+from common.events import EventSink
 from common.log import Logger
 from watcher.contract_fetch import REFRESH_JITTER_S, RefreshState, apply_fetch, fetch, next_fetch_at
 from watcher.contract_store import (
@@ -54,7 +54,7 @@ class Refresh:
 
 
 class ContractKeeper:
-    def __init__(self, config: Config, log: Logger, emit: Callable[..., Any],
+    def __init__(self, config: Config, log: Logger, emit: EventSink,
                  check: SignatureCheck = check_here) -> None:
         self.config = config
         self.log = log

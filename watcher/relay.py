@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.config import Config
+from common.events import EventType
 from common.notice import relay_subjects
 from watcher.nats_import import import_nats
 
@@ -37,6 +38,9 @@ RESTART_BACKOFF_MAX_S = 30.0
 PENDING_MSGS = 1000
 PENDING_BYTES = 1000 * 8192
 Status = Callable[[str, str], None]
+# The statuses that are events of their own (errors and drops are the watcher's throttled reports).
+STATUS_EVENTS: dict[str, EventType] = {"connected": "relay.connected", "reconnected": "relay.connected",
+                                       "disconnected": "relay.disconnected"}
 
 
 def tls_context(config: Config) -> ssl.SSLContext | None:

@@ -37,6 +37,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.events import EventType
 from common.wire import PhaseEnds
 from executor.kube import pacing
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
@@ -101,7 +102,7 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class Emit:
-    event: str               # an event type of common.events
+    event: EventType
     data: dict[str, Any]
 
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
+from common.supervise import Crash, Supervised
 from executor.kube import pacing
 from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
 from executor.kube.pod_view import RELIST, PodView
@@ -66,20 +67,23 @@ class ListWatcher(Generic[V]):
         self._clock = clock
         self._rand = rand
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._view: V | None = None
         self._failure: Exception | None = None
         self._api: KubeApi | None = None
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        # Supervised (common.supervise): an exception nobody foresaw (an event of a shape the view
+        # cannot apply) restarts the thread, which lists afresh; meanwhile ``read`` raises it, so the
+        # drain treats the view as a failed list instead of trusting one that stopped moving.
+        self.worker = Supervised(name, self._main, on_crash=self._crashed)
+        self._stop = self.worker.stopping
         self.lists = 0
         self.watches = 0
 
     def start(self) -> ListWatcher[V]:
-        self._thread.start()
+        self.worker.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self.worker.stop()
         api = self._api
         if api is not None:
             api.stop_watch()
@@ -105,15 +109,20 @@ class ListWatcher(Generic[V]):
             self._view, self._failure = view, None
         self._on_change()
 
-    def _main(self) -> None:
+    def _crashed(self, crash: Crash) -> None:
+        self._set(KubeError(0, "WatchCrashed", f"the {crash.thread} thread ended on {crash.error}; "
+                                                f"restarted in {crash.pause_s:g} s, listing afresh"))
+
+    def _main(self, stopping: threading.Event) -> None:
         api = self._api = self._make_api()
         throttles = errors = 0
         last_list = float("-inf")
         relist = True
-        if self._initial is not None:
-            self._fill(api, self._initial, self._initial_at)
-            last_list, relist, self._initial = self._clock(), False, None
+        initial, self._initial = self._initial, None   # used once: a restart lists afresh
         try:
+            if initial is not None:
+                self._fill(api, initial, self._initial_at)
+                last_list, relist = self._clock(), False
             while not self._stop.is_set():
                 try:
                     if relist:

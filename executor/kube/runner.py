@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from common.events import EventType
 from common.recorder import Recorder
 from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, Step
@@ -83,7 +84,7 @@ class DrainRunner:
         self._evicted = 0
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
-        self._warnings = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
+        self._warnings: Recorder[str] = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
                                   WARN_REPEAT_S, clock)
         self._thread = threading.Thread(target=self._main, name=f"drain-{spec.notice_id[:16]}", daemon=True)
 
@@ -126,7 +127,7 @@ class DrainRunner:
         text = error[:300]
         self._warnings.record(name, text, {"error": text})
 
-    def _step(self, step: str, event: str = "", **data: Any) -> None:
+    def _step(self, step: str, event: EventType | None = None, **data: Any) -> None:
         self._steps.add(step)
         self._report(StepDone(self.spec.notice_id, step, event, data))
 

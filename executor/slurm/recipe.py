@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from common.events import EventType
 from common.recorder import Recorder
 from common.wire import DrainState, Phase, Step
 from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Report, StepDone, Withdrawal
@@ -174,11 +175,11 @@ class SlurmDrain:
     def _remember(self, t: Tracked) -> None:
         self.out.remember(t.order.notice_id, {"slurm": copy.deepcopy(t.memo)})
 
-    def _step(self, t: Tracked, step: str, event: str, data: dict[str, Any]) -> None:
+    def _step(self, t: Tracked, step: str, event: EventType, data: dict[str, Any]) -> None:
         t.steps.add(step)
         self.out.put(StepDone(t.order.notice_id, step, event, data))
 
-    def _event(self, nid: str, event: str, data: dict[str, Any]) -> None:
+    def _event(self, nid: str, event: EventType, data: dict[str, Any]) -> None:
         self.out.put(Announce(nid, event, data))
 
     def _progress(self, t: Tracked, phase: str, left: list[str]) -> None:
@@ -318,9 +319,8 @@ class SlurmDrain:
                     refused[str(j)] = e.message
         finally:
             if moved or gone:
-                step, event = (Step.DELETED, "drain.deleted") if cancel else (Step.REQUEUED, "drain.requeued")
-                self._step(t, step, event, {"jobs": moved, "already_gone": gone,
-                                            "via": "scancel" if cancel else "scontrol requeue"})
+                self._step(t, Step.DELETED if cancel else Step.REQUEUED, "drain.deleted" if cancel else "drain.requeued",
+                           {"jobs": moved, "already_gone": gone, "via": "scancel" if cancel else "scontrol requeue"})
             if refused:
                 self._remember(t)
                 self._event(nid, "drain.error", {
@@ -396,5 +396,5 @@ class SlurmDrain:
         self.errors.record("drain.error", self.last_error[nid],
                            {"scheduler": "slurm", "error": text, "notice_id": nid}, now=now)
 
-    def _say_error(self, type_: str, data: dict[str, Any]) -> None:
+    def _say_error(self, type_: EventType, data: dict[str, Any]) -> None:
         self._event(data.pop("notice_id"), type_, data)

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
+import time
 
 import pytest
 import ujson
@@ -135,18 +138,28 @@ def test_one_bad_notice_record_does_not_hide_the_good_one(config, ctx):
     ex.close()
 
 
-def test_a_watcher_task_that_raises_ends_the_process_non_zero(config, monkeypatch):
-    """Before: the task died silently and the watcher lived on deaf or mute (it re-announces
-    nothing, hears nothing). Now it exits 1, and supervisord starts a fresh one."""
+def test_a_watcher_loop_that_raises_runs_again_after_a_pause_and_each_restart_is_said(config, monkeypatch):
+    """Issue 26, point 7. First the task died silently and the watcher lived on deaf or mute; then
+    the watcher exited 1 for supervisord to start a fresh one -- which met the same input at once:
+    a crash loop. Now the loop alone runs again, after 0.5 s then 1 s (common.supervise), each
+    restart a log line and an event, and the watcher goes on."""
+    calls = []
+
     async def broken(w, stop):
-        raise RuntimeError("an input nobody foresaw")
+        calls.append(time.monotonic())
+        if len(calls) <= 2:
+            raise RuntimeError("an input nobody foresaw")
+        os.kill(os.getpid(), signal.SIGTERM)   # the third run is fine: stop the watcher
+        await stop.wait()
 
     monkeypatch.setattr(watcher_main, "tick_loop", broken)
     out = io.StringIO()
-    # Bounded: the old watcher never returned (TimeoutError here).
-    assert asyncio.run(asyncio.wait_for(watcher_main.run(config, Logger("watcher", stream=out)), 20)) == 1
-    [failed] = lines(out, "process.task_failed")
-    assert failed["task"] == "broken" and "nobody foresaw" in failed["error"]
+    assert asyncio.run(asyncio.wait_for(watcher_main.run(config, Logger("watcher", stream=out)), 20)) == 0
+    said = lines(out, "agent.thread_restarted")
+    assert [(r["thread"], r["restarts"], r["pause_s"]) for r in said] == [("tick_loop", 1, 0.5), ("tick_loop", 2, 1.0)]
+    assert "RuntimeError: an input nobody foresaw" in said[0]["error"]
+    assert calls[1] - calls[0] >= 0.5 and calls[2] - calls[1] >= 1.0
+    assert not lines(out, "process.task_failed")
 
 
 def test_agent_socket_refusals_are_reported(config, ctx):

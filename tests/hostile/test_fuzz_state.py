@@ -52,7 +52,7 @@ def _verifier_state() -> dict:
         core.advance(state, view, T0 + t)
     core.count_rejections(state, 1.0, {"rejected.bad_json": 3, "contract.rejected.bad_signature": 1})
     state["unacked"]["e1"] = {"event_id": "e1", "type": "drain.done", "seq": 1}
-    return ujson.loads(ujson.dumps(state))
+    return ujson.loads(ujson.dumps(core.to_json(state)))
 
 
 VERIFIER_STATE = _verifier_state()
@@ -72,7 +72,7 @@ def test_verifier_runs_on_any_state_file(doc):
         core.escalations(state, active)
         core.count_rejections(state, 2.0, {"rejected.bad_json": 1, "ipc.rejected.topic": 2})
         metrics.render(state["metrics"], {"sco_agent_notices_active": len(active)})
-    ujson.dumps(state)
+    ujson.dumps(core.to_json(state))
 
 
 def _book() -> dict:

@@ -155,3 +155,47 @@ def test_default_path_comes_from_the_environment(monkeypatch):
     assert default_path() == "/tmp/x.sock"
     monkeypatch.delenv("SCO_AGENT_SOCKET")
     assert default_path() == "/run/sco-agent-socket/agent.sock"
+
+
+class RawAgent:
+    """An agent socket that registers every client, then sends ``lines[i]`` to the i-th connection
+    and records what each one answered (issue 26, point 7: a line the client cannot foresee)."""
+
+    def __init__(self, path: str, lines: list[bytes]) -> None:
+        import socket
+
+        self.lines, self.answers = lines, []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen(4)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        for line in self.lines:
+            conn, _ = self.server.accept()
+            f = conn.makefile("rwb")
+            f.readline()   # register
+            f.write(b'{"op":"registered","id":"c1"}\n' + line)
+            f.flush()
+            self.answers.append(f.readline())
+            if self.answers[-1]:
+                f.write(b'{"op":"acked","id":"n1"}\n')
+                f.flush()
+            conn.close()
+
+
+def test_a_listener_outlives_a_line_nested_deeper_than_json_parses(sock_path, listeners):
+    """Nested 60,000 deep (under the 64 KiB line limit), json.loads raises RecursionError -- no
+    ValueError -- and the listener thread used to end on it: the workload never heard of a notice
+    again. Now it is a protocol error; the listener connects again and answers the next notice."""
+    import json as json_
+
+    agent = RawAgent(sock_path, [b"[" * 60000 + b"\n",
+                                 json_.dumps({"op": "notice", **make_notice("n1")}).encode() + b"\n"])
+    seen = []
+    listener = on_notice(lambda n: seen.append(n["id"]), path=sock_path, name="job")
+    listeners.append(listener)
+    wait_until(lambda: len(agent.answers) == 2, 20)
+    assert seen == ["n1"] and b'"status":"checkpointed"' in agent.answers[1]
+    assert listener._thread is not None and listener._thread.is_alive()

@@ -221,26 +221,38 @@ def test_an_unusable_state_dir_is_an_io_episode_not_a_crash(tmp_path: Path) -> N
         ctx.destroy(linger=0)
 
 
-def test_a_shipper_dead_of_a_bug_makes_the_process_exit_1_for_a_restart(tmp_path: Path) -> None:
+def test_a_shipper_dead_of_a_bug_is_restarted_counted_and_said_while_the_intake_goes_on(tmp_path: Path) -> None:
+    """Issue 26, point 7: the shipper thread dying of a bug used to end the process (exit 1), and
+    supervisord restarted it into the same batch. Now the thread runs again after a pause, the
+    restart is an agent.thread_restarted event in the spool, and events keep being taken."""
     cfg = load(str(spool_config(tmp_path, vector_url="http://127.0.0.1:9/events")))
     ipc.ensure_runtime_dir(cfg.paths.runtime_dir)
     ctx = zmq.Context()
     out = io.StringIO()
     try:
         spool = Spool(cfg, Logger("spool", stream=out), ctx)
+        real, reads = spool.store.read_unshipped, []
 
-        def broken(*_: object) -> list:
-            raise RuntimeError("a bug")
+        def broken_once(*args: object) -> list:
+            reads.append(1)
+            if len(reads) == 1:
+                raise RuntimeError("a bug")
+            return real(*args)  # type: ignore[arg-type]
 
-        spool.store.read_unshipped = broken  # type: ignore[method-assign]
+        spool.store.read_unshipped = broken_once  # type: ignore[method-assign]
         spool.store.changed.set()
-
-        class Running:
-            stopping = False
-
-        assert spool.run(Running()) == 1     # type: ignore[arg-type]
-        assert log_lines(out, "ship.crashed")[0]["error"] == "RuntimeError: a bug"
-        assert log_lines(out, "process.stopped")
+        assert spool.shipper is not None
+        wait_for(lambda: spool.shipper.worker.restarts == 1 and len(reads) >= 2, 10, "the shipper restarted")
+        sock = ipc.connect(ctx, zmq.DEALER, cfg.paths.runtime_dir, ipc.SPOOL_INTAKE)
+        send(sock, "a")
+        spool.round(1000)
+        assert acks(sock) == ["a"]
+        assert "agent.thread_restarted" in [ujson.loads(r.payload)["type"]
+                                            for r in iter_records(spool.store.path, from_head=False)]
+        (said,) = log_lines(out, "agent.thread_restarted")
+        assert said["thread"] == "shipper" and said["error"] == "RuntimeError: a bug" and said["restarts"] == 1
+        assert spool.shipper.is_alive()
+        spool.shutdown()
     finally:
         ctx.destroy(linger=0)
 

@@ -100,6 +100,8 @@ class AgentRig:
         self.settings = merged
         write_config(self.config_path, merged)
         self.proc: subprocess.Popen | None = None
+        # More for the environment (a test's fault injection); PYTHONPATH is put before the checkout's.
+        self.extra_env: dict[str, str] = {}
 
     @property
     def env(self) -> dict[str, str]:
@@ -109,6 +111,8 @@ class AgentRig:
         env.update(SCO_AGENT_CONFIG=self.config_path, SCO_AGENT_RUN_DIR=self.sup_dir,
                    SCO_AGENT_LOG_DIR=self.log_dir, PATH=bindir + os.pathsep + env.get("PATH", ""),
                    PYTHONPATH=REPO)
+        for key, value in self.extra_env.items():
+            env[key] = value + os.pathsep + env[key] if key == "PYTHONPATH" else value
         return env
 
     def start(self, wait: bool = True) -> AgentRig:

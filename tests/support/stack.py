@@ -35,7 +35,7 @@ class Stack:
     def __init__(self, base: str, *, provider: str = "aws", scheduler: str = "kubernetes",
                  vector: bool = False, poll_interval_s: float = 0.5, contract: dict[str, Any] | None = None,
                  settings: dict[str, dict[str, Any]] | None = None,
-                 contract_extra: dict[str, Any] | None = None) -> None:
+                 contract_extra: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> None:
         self.base = str(base)
         self.provider = provider
         self.scheduler = scheduler
@@ -44,6 +44,7 @@ class Stack:
         self.extra = settings or {}
         self.contract = contract
         self.contract_extra = contract_extra or {}   # more top-level contract sections (e.g. "slurm")
+        self.env = env or {}                          # more for the agent's environment (AgentRig.extra_env)
         self._exit = ExitStack()
         self.nats: NatsServer | None = None
         self.meta: Any = None
@@ -93,6 +94,7 @@ class Stack:
         if self.contract is not None:
             self.write_launch_contract(self.contract, extra=self.contract_extra)
         self.agent = AgentRig(os.path.join(self.base, "agent"), settings)
+        self.agent.extra_env = dict(self.env)
         self._exit.callback(self.agent.stop)
         self.agent.start()
         # NATS core has no replay: a notice published before the subscription exists is gone

@@ -85,7 +85,7 @@ def test_judged_state_is_on_disk_before_anything_is_sent(shell, monkeypatch):
     v.check(now + 1)
     v.check(now + 10)
     assert on_disk_at_send == ["overrun"]
-    assert v.state["verdicts"]["n1"]["held_up_by"] == "requeue"          # Slurm moves work by requeue
+    assert v.state["verdicts"]["n1"].held_up_by == "requeue"          # Slurm moves work by requeue
 
 
 def test_unwritable_metrics_file_is_reported_once(shell):
@@ -112,7 +112,12 @@ def test_damaged_state_file_does_not_stop_the_verifier(tmp_path):
     try:
         v = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
         assert list(v.state["verdicts"]) == ["n0"] and v.state["clocks"] == {}
-        assert list(v.state["unacked"]) == ["e1"] and list(v.spool.outbox.pending) == ["e1"]
+        assert v.state["verdicts"]["n0"].outcome == "done" and v.state["verdicts"]["n0"].at == 0.0
+        assert list(v.state["unacked"]) == ["e1"] and "e1" in v.spool.outbox.pending
+        # Both damaged verdicts are counted; the first is said at once (the second at the next window).
+        assert v.rejections.counts == {"ipc.rejected.bad_shape": 2}
+        (said,) = [ev for _, ev in v.spool.outbox.pending.values() if ev["type"] == "ipc.rejected"]
+        assert said["data"]["socket"] == "verdicts.json" and "'n0'" in said["data"]["detail"]
         v.publish()   # a verdict with an unreadable time still goes out
     finally:
         ctx.destroy(linger=0)
@@ -162,16 +167,16 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
         # SIGKILL here, the disk still full: the next verifier must know the verdict.
         monkeypatch.setattr(state_file, "write_atomic", full_disk)
         second = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
-        assert second.state["verdicts"]["n1"]["outcome"] == "done"
+        assert second.state["verdicts"]["n1"].outcome == "done"
         assert judge(second, now + 2) == []
         monkeypatch.undo()
         # The disk is back: the next save goes to the state dir and the fallback copy is removed.
         out = io.StringIO()
         third = Verifier(load(path), Logger("verifier", stream=out), ctx)
-        assert judge(third, now + 3) == [] and third.state["verdicts"]["n1"]["outcome"] == "done"
+        assert judge(third, now + 3) == [] and third.state["verdicts"]["n1"].outcome == "done"
         third._save()
         assert not os.path.exists(third.fallback_path) and "state.write_recovered" in out.getvalue()
         fourth = Verifier(load(path), Logger("verifier", stream=io.StringIO()), ctx)
-        assert fourth.state["verdicts"]["n1"]["outcome"] == "done"
+        assert fourth.state["verdicts"]["n1"].outcome == "done"
     finally:
         ctx.destroy(linger=0)

@@ -31,6 +31,7 @@ from urllib.parse import quote
 from common.config import Config
 from common.http import HttpClient, HttpError
 from common.notice import Notice, derived_id
+from common.supervise import Crash, Supervised
 from watcher.providers import BaseSource, MetadataError, PollResult, Wake, http_reason, run_checks
 
 PREFIX = "/computeMetadata/v1/"
@@ -82,7 +83,11 @@ def maintenance_notice(node: str, instance_id: str, event: str, first_seen: floa
 
 
 class LongPoll:
-    """One key's ``wait_for_change`` loop in a daemon thread, with its own connection."""
+    """One key's ``wait_for_change`` loop in a daemon thread, with its own connection.
+
+    Supervised (common.supervise): an exception the loop does not expect restarts it after a
+    pause, counted in ``errors`` and ``worker.restarts``, its value forgotten meanwhile (the plain
+    poll, which reads the server itself, still runs) -- never a thread gone with a stale value."""
 
     def __init__(self, http: HttpClient, key: str, wake: Wake, timeout_s: float) -> None:
         self.http = http
@@ -91,44 +96,50 @@ class LongPoll:
         self.timeout_s = timeout_s
         self.value: str | None = None   # last value the server gave; None while broken
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"gcp-longpoll-{key}", daemon=True)
+        self.worker = Supervised(f"gcp-longpoll-{key}", self._run, on_crash=self._crashed)
+        self._stop = self.worker.stopping
 
     def start(self) -> LongPoll:
-        self._thread.start()
+        self.worker.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self.worker.stop()
 
-    def _run(self) -> None:
+    def _crashed(self, crash: Crash) -> None:
+        self.value = None
+        self.errors += 1
+
+    def _run(self, stopping: threading.Event) -> None:
         etag, delay = "", 0.5
-        while not self._stop.is_set():
-            path = PREFIX + self.key
-            if etag:
-                path += f"?wait_for_change=true&timeout_sec={LONG_POLL_S}&last_etag={quote(etag)}"
-            try:
-                resp = self.http.request("GET", path, headers=FLAVOR, timeout_s=LONG_POLL_S + self.timeout_s)
-                if resp.status != 200:
-                    raise MetadataError(http_reason(resp.status), path)
-            except (HttpError, MetadataError):
-                self.value, etag = None, ""
-                self.errors += 1
-                self._stop.wait(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-                continue
-            delay = 0.5
-            value = resp.body.decode("ascii", "replace").strip()
-            new_etag = resp.headers.get("etag", "")
-            etag = new_etag if _ETAG.match(new_etag) else ""
-            changed = value != self.value
-            self.value = value
-            if changed and not self._stop.is_set():
-                self.wake()
-            if not etag:
-                # No usable ETag: long-polling is impossible; the plain poll still runs.
-                self._stop.wait(RETRY_MAX_S)
-        self.http.close()
+        try:
+            while not self._stop.is_set():
+                path = PREFIX + self.key
+                if etag:
+                    path += f"?wait_for_change=true&timeout_sec={LONG_POLL_S}&last_etag={quote(etag)}"
+                try:
+                    resp = self.http.request("GET", path, headers=FLAVOR, timeout_s=LONG_POLL_S + self.timeout_s)
+                    if resp.status != 200:
+                        raise MetadataError(http_reason(resp.status), path)
+                except (HttpError, MetadataError):
+                    self.value, etag = None, ""
+                    self.errors += 1
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                    continue
+                delay = 0.5
+                value = resp.body.decode("ascii", "replace").strip()
+                new_etag = resp.headers.get("etag", "")
+                etag = new_etag if _ETAG.match(new_etag) else ""
+                changed = value != self.value
+                self.value = value
+                if changed and not self._stop.is_set():
+                    self.wake()
+                if not etag:
+                    # No usable ETag: long-polling is impossible; the plain poll still runs.
+                    self._stop.wait(RETRY_MAX_S)
+        finally:
+            self.http.close()   # a restart connects afresh
 
 
 class Source(BaseSource):

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from executor.kube.api import Throttled, Unreachable
+from executor.kube.api import KubeError, Throttled, Unreachable
 from executor.kube.pod_watcher import PodWatcher
 from tests.support.wait import wait_for
 
@@ -105,3 +105,40 @@ def test_while_unanswered_the_drain_sees_the_failure():
     wait_for(api.idle.is_set, 30, f"the script played out ({api.calls})")
     assert w.pods() == []
     w.stop()
+
+
+def test_a_watch_thread_that_dies_of_an_unexpected_exception_says_so_then_lists_afresh():
+    """Issue 26, point 7: the thread used to end, and the view it left stopped moving while the drain
+    still trusted it. Now ``pods()`` raises meanwhile (the drain's failed-list path), and the
+    restarted thread lists again and follows the node."""
+    gone = threading.Event()
+
+    class Api(ScriptedApi):
+        def watch_pods(self, rv: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+            if self.calls.count(("watch", "10")) == 0 and rv == "10":
+                self.calls.append(("watch", rv))
+                yield {"type": "DELETED", "object": pod("a", "11")}
+                gone.wait(10)
+                raise RuntimeError("a bug in the client")
+            yield from super().watch_pods(rv, timeout_s)
+
+    api = Api(lists=[([pod("a", "10")], "10"), ([pod("b", "20")], "20")], watches=[])
+    w = PodWatcher(lambda: api, lambda: None).start()   # type: ignore[arg-type, return-value]
+    try:
+        wait_for(lambda: w.pods() == [], 10, "the deletion applied")
+        gone.set()
+        # Said at once, for the 0.5 s before the restart (common.supervise.FIRST_PAUSE_S).
+        seen = wait_for(lambda: isinstance(_pods_or_error(w), KubeError) and _pods_or_error(w), 10, "the crash")
+        assert "WatchCrashed" in str(seen) and "RuntimeError: a bug in the client" in str(seen)
+        assert w.worker.restarts == 1
+        wait_for(lambda: _pods_or_error(w) == [pod("b", "20")], 10, "the new list")
+        assert [c for c in api.calls if c[0] == "list"] == [("list", "0"), ("list", "0")]
+    finally:
+        w.stop()
+
+
+def _pods_or_error(w: PodWatcher) -> Any:
+    try:
+        return w.pods()
+    except Exception as e:  # noqa: BLE001 -- the test looks at what was raised
+        return e

@@ -133,3 +133,33 @@ def test_missing_header_answer_is_an_error(emu):
     with pytest.raises(MetadataError) as e:
         source(emu).poll(0.0)
     assert e.value.reason == "http_403"
+
+
+def test_a_long_poll_that_dies_of_an_unexpected_exception_runs_again_and_forgets_its_value():
+    """Issue 26, point 7: the thread used to end for good, keeping the last value it had. Now it is
+    restarted (counted), its value forgotten meanwhile, and it reads again on a fresh connection."""
+    from common.http import Response
+
+    class Http:
+        calls = closes = 0
+
+        def request(self, method, path, headers=None, timeout_s=None):
+            Http.calls += 1
+            if Http.calls == 2:
+                raise UnicodeError("a bug nobody foresaw")
+            if Http.calls > 3:
+                threading.Event().wait(0.05)   # a long poll: the server holds an unchanged value
+            return Response(200, {"etag": "e1" if Http.calls == 1 else "e2"}, b"NONE" if Http.calls == 1 else b"TRUE")
+
+        def close(self):
+            Http.closes += 1
+
+    woke = threading.Event()
+    lp = gcp.LongPoll(Http(), gcp.PREEMPTED, woke.set, 1.0).start()   # type: ignore[arg-type]
+    try:
+        wait_for(lambda: lp.worker.restarts == 1, 10, "the restart")
+        assert lp.errors >= 1
+        wait_for(lambda: lp.value == "TRUE", 10, "a read after the restart")
+        assert Http.closes >= 1 and woke.is_set()
+    finally:
+        lp.stop()
