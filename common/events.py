@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 EVENT_TYPES = frozenset({
     "agent.started", "agent.process_exited", "agent.config_error",
     "notice.received", "notice.duplicate", "notice.rejected", "notice.ignored", "notice.withdrawn",
+    "notice.ack_withheld",
     "metadata.error", "relay.error", "relay.connected", "relay.disconnected",
     "contract.accepted", "contract.rejected", "contract.builtin",
     "drain.started", "drain.cordoned", "drain.uncordoned", "drain.clients_told",
@@ -23,7 +24,7 @@ EVENT_TYPES = frozenset({
     "drain.requeued", "drain.signalled", "drain.fallback", "drain.reconciled", "drain.error",
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
-    "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged",
+    "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged", "drain.eviction_unsupported",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",

@@ -10,6 +10,7 @@ A pod's phases, and the answer that moves it (``_NEXT``)::
     pending --send--> in_flight --accepted--> accepted --(gone from listing)--> gone
                           |  \\--gone (404, or 409: the UID precondition says it is another pod)--> gone
                           |   \\--refused (not our node: never retried)--> refused
+                          |    \\--unsupported (no Eviction version to send: never a DELETE)--> refused
                           \\--blocked (PDB 429) / throttled (APF 429) / error / unreachable--> retry
                                                                           --(backoff due)--> in_flight
 
@@ -44,11 +45,18 @@ from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, d
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
-OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused")
+OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused", "unsupported")
 _NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "throttled": RETRY, "error": RETRY,
-         "unreachable": RETRY, "refused": REFUSED}
+         "unreachable": RETRY, "refused": REFUSED, "unsupported": REFUSED}
+# Past the cutoff, a pod whose last answer was one of these is reported (drain.eviction_blocked).
 # An unreachable or throttling server is not the pod's budget: just retry.
-ESCALATE_ON = ("blocked", "error")
+REPORT_AFTER = ("blocked", "error")
+# ... and only a PodDisruptionBudget's refusal -- "blocked": a 429 whose Status carries the
+# DisruptionBudget cause (eviction.go checkAndDecrement; ``pacing.classify_429``) -- turns into a
+# DELETE under ``pdb_blocked = delete``. A webhook's denial (403/400 "admission webhook ... denied
+# the request"), a server error (500) or a plain APF 429 never does: the policy bypasses budgets,
+# not whoever else said no.
+DELETE_AFTER = ("blocked",)
 STUCK_AFTER_S = 3.0
 
 
@@ -225,6 +233,8 @@ class EvictionBook:
             return [Emit("drain.evicted", data)]
         if answer.outcome == "refused":
             return [Emit("drain.error", dict(base, error=new.error))]
+        if answer.outcome == "unsupported":
+            return [Emit("drain.eviction_unsupported", dict(base, error=new.error))]
         return []
 
     # -- decisions ----------------------------------------------------------------------
@@ -328,10 +338,11 @@ class EvictionBook:
                 picks.append((uid, "evict"))
             elif st.phase != RETRY:
                 continue
-            elif st.last not in ESCALATE_ON:
+            elif st.last not in REPORT_AFTER:
                 if st.retry_at <= now:
                     picks.append((uid, st.op or "evict"))
-            elif self.pdb_blocked == "delete":
+            elif self.pdb_blocked == "delete" and (st.last in DELETE_AFTER or st.op == "delete"):
+                # (op "delete": the PDB's refusal already decided it; a failed delete is retried)
                 if st.op != "delete" or st.retry_at <= now:
                     picks.append((uid, "delete"))
             else:

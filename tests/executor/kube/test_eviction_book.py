@@ -224,3 +224,58 @@ def test_a_pod_leaving_its_lane_wakes_the_pods_its_pdb_refused():
     left = [p for p in WEB if p["metadata"]["uid"] != first.uid]
     b.observe(left, WEB_PDB, T0 + 0.5)   # the evicted pod is gone: its budget may allow the next
     assert b.states[second.uid].retry_at == pytest.approx(T0 + 0.5 + LANE_WAKE_S)
+
+
+@pytest.mark.parametrize(("outcome", "detail"), [
+    ("error", 'admission webhook "guard.example.com" denied the request: pods in prod may not be evicted'),
+    ("error", "500 InternalError: This pod has more than one PodDisruptionBudget"),
+    ("throttled", "Too many requests, please try again later."),
+    ("unreachable", "HTTP 503"),
+])
+def test_pdb_blocked_delete_never_deletes_after_anything_but_a_pdb_refusal(outcome, detail):
+    """pdb_blocked=delete bypasses budgets, not webhooks or a failing server: past the cutoff, a pod
+    whose eviction was denied by a webhook, failed with a 500, was throttled or got no answer is
+    evicted again (and an error reported), never DELETEd -- however long it goes on."""
+    b = book(WEB[:1], WEB_PDB, pdb_blocked="delete")
+    send(b, T0)
+    b.answer(uid("web-0"), Answer(outcome, detail), T0 + 1)
+    now, ops = D.evict_at, []
+    for _ in range(40):
+        actions, _ = send(b, now)
+        ops += [a.op for a in actions]
+        for a in actions:
+            b.answer(a.uid, Answer(outcome, detail), now)
+        now += 1.0
+    assert ops and set(ops) == {"evict"}
+
+
+def test_pdb_blocked_delete_follows_a_pdb_refusal_even_after_other_answers():
+    """Between a PDB's 429s, a throttle does not undo what the 429 said; a webhook's denial as the
+    last answer does (what stops that pod now is not its budget)."""
+    b = book(WEB[:1], WEB_PDB, pdb_blocked="delete")
+    send(b, T0)
+    b.answer(uid("web-0"), Answer("blocked", "budget", "web"), T0)
+    (a,) = send(b, T0 + 5)[0]
+    b.answer(uid("web-0"), Answer("throttled", retry_after=1), T0 + 5)
+    assert b.states[uid("web-0")].last == "blocked"
+    (a,) = send(b, D.evict_at)[0]
+    assert a.op == "delete"
+    b2 = book(WEB[:1], WEB_PDB, pdb_blocked="delete")
+    send(b2, T0)
+    b2.answer(uid("web-0"), Answer("blocked", "budget", "web"), T0)
+    (a,) = send(b2, T0 + 5)[0]                  # retried before the cutoff ...
+    b2.answer(uid("web-0"), Answer("error", "admission webhook denied the request"), T0 + 5)
+    actions, emits = send(b2, D.evict_at)       # ... and denied by a webhook: evicted again
+    assert [x.op for x in actions] == ["evict"] and [e.event for e in emits] == ["drain.eviction_blocked"]
+
+
+def test_no_eviction_version_is_refused_with_an_event_and_never_deleted():
+    """An eviction the agent could not send (discovery lists no version it knows) is refused:
+    one drain.eviction_unsupported for the pod, never sent again, never deleted at the cutoff."""
+    b = book(WEB[:1], WEB_PDB, pdb_blocked="delete")
+    send(b, T0)
+    emits = b.answer(uid("web-0"), Answer("unsupported", "the server lists Eviction as policy/v2"), T0)
+    assert [e.event for e in emits] == ["drain.eviction_unsupported"]
+    assert emits[0].data["pod"] == "default/web-0" and "policy/v2" in emits[0].data["error"]
+    assert send(b, D.evict_at)[0] == [] and send(b, D.cutoff)[0] == []
+    assert b.remaining() == ["default/web-0"]     # it still counts: the verdict names it
