@@ -16,7 +16,7 @@ from typing import Protocol
 
 from common.config import Config
 from watcher.in_thread import in_thread
-from watcher.providers import MetadataError, MetadataSource, PollResult, make_source
+from watcher.providers import MetadataError, MetadataSource, PollResult, Withheld, make_source
 
 # However often something wakes the loop, rounds are at least this far apart.
 MIN_GAP_S = 0.05
@@ -30,6 +30,7 @@ class Round:
     result: PollResult | None = None
     error: MetadataError | None = None
     unreported: tuple[str, ...] = ()
+    withheld: tuple[Withheld, ...] = ()   # acknowledgements the source did not send, and why
 
 
 class Host(Protocol):
@@ -57,7 +58,7 @@ def one_round(source: MetadataSource, drained: list[str]) -> Round:
         rnd.error = MetadataError("internal", f"{type(e).__name__}: {e}")
     if drained:
         try:
-            source.drained(drained, now)
+            rnd.withheld = tuple(source.drained(drained, now))
         except MetadataError as e:
             rnd.unreported = tuple(drained)
             rnd.result = rnd.result or PollResult()
