@@ -125,7 +125,9 @@ def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
 
 @dataclass(slots=True)
 class ApiHealth:
-    """Consecutive unanswered calls, and since when (pure bookkeeping, clock passed in)."""
+    """Consecutive unanswered calls, and since when (pure bookkeeping, clock passed in: the
+    monotonic one -- "down for ``down_after_s``" is an interval, which a wall clock stepped ahead
+    would end at once, sending the drain around a server that is merely slow)."""
 
     streak: int = 0
     since: float | None = None

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from common.clock import Moment, MonoTime, WallTime
 from common.recorder import Recorder
 from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, Step
@@ -65,13 +66,15 @@ class Stopped(Exception):
 
 class DrainRunner:
     def __init__(self, spec: DrainSpec, make_api: Callable[[], KubeApi], report: Callable[[Report], None],
-                 inputs: Inputs | None = None, clock: Callable[[], float] = time.time) -> None:
+                 inputs: Inputs | None = None, clock: Callable[[], float] = time.time,
+                 mono: Callable[[], float] = time.monotonic) -> None:
         self.spec = spec
         self._make_api = make_api
         self._report_fn = report
         self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: something changed
         self._inputs = inputs or Inputs()
-        self._clock = clock
+        self._clock = clock   # the wall clock: deadlines, timestamps
+        self._mono = mono     # the monotonic clock: every interval (retries, waits, "down for")
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
         self._memo = spec.memo()
@@ -83,7 +86,7 @@ class DrainRunner:
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
         self._warnings = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
-                                  WARN_REPEAT_S, clock)
+                                  WARN_REPEAT_S, mono)
         self._thread = threading.Thread(target=self._main, name=f"drain-{spec.notice_id[:16]}", daemon=True)
 
     # -- control (from the loop) -------------------------------------------------------
@@ -201,6 +204,15 @@ class DrainRunner:
             self._step(Step.CORDONED, "drain.cordoned", taint_key=s.taint_key,
                        lb_excluded=Step.LB_EXCLUDED in self._steps, **done)
 
+    def _now(self) -> Moment:
+        return Moment(WallTime(self._clock()), MonoTime(self._mono()))
+
+    def _turn_ends(self, at: Moment) -> float:
+        """When (monotonic) the drain plans again at the latest: ``next_turn``'s wait (at most
+        IDLE_TURN_S, so a phase end reached by a wall clock stepped ahead is seen within it)."""
+        s = self.spec
+        return at.mono + next_turn(at.wall, IDLE_TURN_S, s.ends, s.deadline + LINGER_S) - at.wall
+
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
         book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.evicted),
@@ -217,18 +229,19 @@ class DrainRunner:
             while True:
                 if self._stop.is_set():
                     raise Stopped()
-                now = self._clock()
+                at = self._now()
+                now = at.wall
                 if now > s.deadline + LINGER_S:
                     self._report(NewState(s.notice_id, DrainState.ENDED))
                     return
-                sight = self._look(listing, api, now)
+                sight = self._look(listing, api, at.mono)
                 if sight is None:
                     last_remaining = None   # said what went wrong meanwhile: say what is left again
                     continue
                 if sight.pods is None:   # the first list is not in yet
-                    self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+                    self._exchange(book, pool, self._turn_ends(at))
                     continue
-                book.observe(sight.pods, sight.pdbs, now, sight.budgets)
+                book.observe(sight.pods, sight.pdbs, at, sight.budgets)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
@@ -238,12 +251,12 @@ class DrainRunner:
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
-                self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+                self._exchange(book, pool, self._turn_ends(at))
         finally:
             listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _look(self, listing: NodeListing, api: KubeApi, now: float) -> Sight | None:
+    def _look(self, listing: NodeListing, api: KubeApi, now: MonoTime) -> Sight | None:
         """The node as the listing sees it now, or None (after the wait) if it could not say."""
         try:
             sight = listing.look(now)
@@ -264,13 +277,15 @@ class DrainRunner:
         return None
 
     def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
-        """Send what the book says, feed it the answers, until the next listing is due."""
+        """Send what the book says, feed it the answers, until the next listing is due (``until``:
+        monotonic, as the book's retries)."""
         while True:
-            now = self._clock()
-            actions, emits = book.next_actions(now, self.inputs, self.spec.workers)
+            at = self._now()
+            actions, emits = book.next_actions(at, self.inputs, self.spec.workers)
             self._forward(emits)
             for a in actions:
                 pool.submit(self._send, a)
+            now = at.mono
             if now >= until:
                 return
             due = book.next_due()
@@ -293,10 +308,10 @@ class DrainRunner:
                 changed = True
             else:
                 if answer.outcome == "unreachable":
-                    self._health.failed(self._clock())
+                    self._health.failed(self._mono())
                 else:
                     self._health.ok()
-                self._forward(book.answer(uid, answer, self._clock(), self._rand()))
+                self._forward(book.answer(uid, answer, self._now(), self._rand()))
             try:
                 uid, answer = self._answers.get_nowait()
             except queue.Empty:
@@ -343,11 +358,11 @@ class DrainRunner:
     def _unanswered(self, api: KubeApi, error: str) -> None:
         """One unanswered call. Once the server counts as down: wait for it, probing, and go
         around it if (and only when) ``fallback_due`` says so; then reconcile."""
-        now = self._clock()
-        self._health.failed(now)
-        if not self._health.down(now, self.spec.down_after_s):
+        mono = self._mono()
+        self._health.failed(mono)
+        if not self._health.down(mono, self.spec.down_after_s):
             return
-        down_since = self._health.since or now
+        down_since = self._health.since or mono   # monotonic: "down for" is an interval
         # What keeps the node from empty now, for the record (and the verdict, should it stay so).
         self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
         while True:
@@ -360,7 +375,7 @@ class DrainRunner:
                     down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
                     done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
                     at=self.spec.fallback_at):
-                self._fallback(error, now - down_since)
+                self._fallback(error, self._mono() - down_since)
             try:
                 api.get_node()
                 break
@@ -388,7 +403,7 @@ class DrainRunner:
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""
         s = self.spec
-        detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
+        detail: dict[str, Any] = {"down_for_ms": round((self._mono() - down_since) * 1000)}
         try:
             detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
             detail["remaining"] = node_steps.remaining_pods(api)
