@@ -117,7 +117,7 @@ class Executor:
             self.clients.serve(self.clients.fileno() in ready, at.mono)
         self.drains.on_reports(now, at.mono)
         self.drains.turn(now, at.mono)
-        self.spool.tick(now)
+        self.spool.tick()
         self.rejections.tick()
         if self.clients is not None:
             self.clients.report_errors()

@@ -219,7 +219,7 @@ class Verifier:
         """The housekeeping after each poll: judge, resend, report refusals, publish, metrics."""
         now, self.mono = at.wall, at.mono
         self.check(now)
-        self.spool.tick(now)
+        self.spool.tick()
         self.rejections.tick()
         if at.mono - self.published_at >= PUBLISH_EVERY_S:
             self.publish()

@@ -72,7 +72,7 @@ class Watcher:
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
-        self.reports = Recorder(self._say, REPEAT_REPORT_S, clock=time.time)
+        self.reports = Recorder(self._say, REPEAT_REPORT_S)   # its repeat is an interval: monotonic
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
