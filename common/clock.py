@@ -14,6 +14,7 @@ ahead does not end it at once. A pure core that needs both gets a ``Moment``, bo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import NamedTuple, NewType
 
 WallTime = NewType("WallTime", float)
@@ -36,5 +37,6 @@ def mono() -> MonoTime:
     return MonoTime(time.monotonic())
 
 
-def moment() -> Moment:
-    return Moment(wall(), mono())
+def moment(wall_clock: Callable[[], float] = time.time) -> Moment:
+    """Now on both clocks (``wall_clock``: the wall clock a caller was given, e.g. a test's)."""
+    return Moment(WallTime(wall_clock()), mono())

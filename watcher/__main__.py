@@ -32,7 +32,7 @@ from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
-from watcher.providers import MetadataError, MetadataSource, Withheld
+from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import run_relay
 
 ANNOUNCE_EVERY_S = 1.0
@@ -205,8 +205,6 @@ class Watcher:
     def on_metadata_round(self, source: str, rnd: Round) -> None:
         now = rnd.done_at
         self.drained_pending += [i for i in rnd.unreported if i not in self.drained_pending]
-        for w in rnd.withheld:
-            self._ack_withheld(source, w, now)
         if rnd.error is not None:
             self._metadata_error(source, rnd.error, now)
             return
@@ -221,16 +219,6 @@ class Watcher:
             self.observe(notice.with_arrival("metadata", now), now)
         for nid in rnd.result.withdrawn:
             self.withdraw(nid, "metadata", now)
-
-    def _ack_withheld(self, source: str, w: Withheld, now: float) -> None:
-        """An acknowledgement the source did not send (an Azure event shared with other VMs): said
-        once per event, so whoever waits for the platform to proceed early knows why it did not."""
-        self.count(f"ack_withheld.{w.reason}")
-        held = self.book.resolve(w.notice_id)
-        data = {"provider": source, "reason": w.reason, "detail": w.detail, "others": list(w.others),
-                "id_on_channel": w.notice_id}
-        self.log.warning("notice.ack_withheld", notice_id=held, **data)
-        self.spool.emit("notice.ack_withheld", held, data, now)
 
     def _metadata_error(self, source: str, e: MetadataError, now: float) -> None:
         self.count(f"metadata.error.{e.reason}")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from common.clock import Moment, MonoTime, WallTime
+from common.clock import MonoTime, moment, mono
 from common.recorder import Recorder
 from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, Step
@@ -66,15 +66,13 @@ class Stopped(Exception):
 
 class DrainRunner:
     def __init__(self, spec: DrainSpec, make_api: Callable[[], KubeApi], report: Callable[[Report], None],
-                 inputs: Inputs | None = None, clock: Callable[[], float] = time.time,
-                 mono: Callable[[], float] = time.monotonic) -> None:
+                 inputs: Inputs | None = None, clock: Callable[[], float] = time.time) -> None:
         self.spec = spec
         self._make_api = make_api
         self._report_fn = report
         self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: something changed
         self._inputs = inputs or Inputs()
-        self._clock = clock   # the wall clock: deadlines, timestamps
-        self._mono = mono     # the monotonic clock: every interval (retries, waits, "down for")
+        self._clock = clock   # the wall clock: deadlines, timestamps; intervals are on mono()
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
         self._memo = spec.memo()
@@ -204,15 +202,6 @@ class DrainRunner:
             self._step(Step.CORDONED, "drain.cordoned", taint_key=s.taint_key,
                        lb_excluded=Step.LB_EXCLUDED in self._steps, **done)
 
-    def _now(self) -> Moment:
-        return Moment(WallTime(self._clock()), MonoTime(self._mono()))
-
-    def _turn_ends(self, at: Moment) -> float:
-        """When (monotonic) the drain plans again at the latest: ``next_turn``'s wait (at most
-        IDLE_TURN_S, so a phase end reached by a wall clock stepped ahead is seen within it)."""
-        s = self.spec
-        return at.mono + next_turn(at.wall, IDLE_TURN_S, s.ends, s.deadline + LINGER_S) - at.wall
-
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
         book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.evicted),
@@ -229,9 +218,8 @@ class DrainRunner:
             while True:
                 if self._stop.is_set():
                     raise Stopped()
-                at = self._now()
-                now = at.wall
-                if now > s.deadline + LINGER_S:
+                at = moment(self._clock)
+                if at.wall > s.deadline + LINGER_S:
                     self._report(NewState(s.notice_id, DrainState.ENDED))
                     return
                 sight = self._look(listing, api, at.mono)
@@ -239,7 +227,7 @@ class DrainRunner:
                     last_remaining = None   # said what went wrong meanwhile: say what is left again
                     continue
                 if sight.pods is None:   # the first list is not in yet
-                    self._exchange(book, pool, self._turn_ends(at))
+                    self._exchange(book, pool, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
                     continue
                 book.observe(sight.pods, sight.pdbs, at, sight.budgets)
                 remaining = book.remaining()
@@ -250,8 +238,8 @@ class DrainRunner:
                     self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
-                self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
-                self._exchange(book, pool, self._turn_ends(at))
+                self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)
+                self._exchange(book, pool, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
         finally:
             listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -277,21 +265,19 @@ class DrainRunner:
         return None
 
     def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
-        """Send what the book says, feed it the answers, until the next listing is due (``until``:
-        monotonic, as the book's retries)."""
+        """Send what the book says, feed it the answers, until the next listing is due (monotonic)."""
         while True:
-            at = self._now()
+            at = moment(self._clock)
             actions, emits = book.next_actions(at, self.inputs, self.spec.workers)
             self._forward(emits)
             for a in actions:
                 pool.submit(self._send, a)
-            now = at.mono
-            if now >= until:
+            if at.mono >= until:
                 return
             due = book.next_due()
-            wake = until if due is None else max(now, min(until, due))
+            wake = until if due is None else max(at.mono, min(until, due))
             try:
-                uid, answer = self._answers.get(timeout=max(0.001, wake - now))
+                uid, answer = self._answers.get(timeout=max(0.001, wake - at.mono))
             except queue.Empty:
                 if self._stop.is_set():
                     raise Stopped() from None
@@ -308,10 +294,10 @@ class DrainRunner:
                 changed = True
             else:
                 if answer.outcome == "unreachable":
-                    self._health.failed(self._mono())
+                    self._health.failed(mono())
                 else:
                     self._health.ok()
-                self._forward(book.answer(uid, answer, self._now(), self._rand()))
+                self._forward(book.answer(uid, answer, moment(self._clock), self._rand()))
             try:
                 uid, answer = self._answers.get_nowait()
             except queue.Empty:
@@ -358,11 +344,11 @@ class DrainRunner:
     def _unanswered(self, api: KubeApi, error: str) -> None:
         """One unanswered call. Once the server counts as down: wait for it, probing, and go
         around it if (and only when) ``fallback_due`` says so; then reconcile."""
-        mono = self._mono()
-        self._health.failed(mono)
-        if not self._health.down(mono, self.spec.down_after_s):
+        since = mono()   # "down for" is an interval: monotonic
+        self._health.failed(since)
+        if not self._health.down(since, self.spec.down_after_s):
             return
-        down_since = self._health.since or mono   # monotonic: "down for" is an interval
+        down_since = self._health.since or since
         # What keeps the node from empty now, for the record (and the verdict, should it stay so).
         self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
         while True:
@@ -375,7 +361,7 @@ class DrainRunner:
                     down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
                     done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
                     at=self.spec.fallback_at):
-                self._fallback(error, self._mono() - down_since)
+                self._fallback(error, mono() - down_since)
             try:
                 api.get_node()
                 break
@@ -403,7 +389,7 @@ class DrainRunner:
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""
         s = self.spec
-        detail: dict[str, Any] = {"down_for_ms": round((self._mono() - down_since) * 1000)}
+        detail: dict[str, Any] = {"down_for_ms": round((mono() - down_since) * 1000)}
         try:
             detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
             detail["remaining"] = node_steps.remaining_pods(api)
