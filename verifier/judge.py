@@ -15,7 +15,8 @@ step names of ``common.wire.Step``), ``remaining`` (None until first read),
 The executor's word alone is never "done": ``judge`` also takes the verifier's own read of the
 scheduler (``Observation``, verifier/scheduler_read.py), made after the executor said so. When
 they agree, done; when the read says otherwise, or cannot be made, by the cutoff (and at least
-``VERIFY_WAIT_S`` after the report), the verdict is "unverified", with the reason. A dry run and an ignored kind get verdicts of
+``VERIFY_WAIT_S`` after the verifier heard the report, on the monotonic clock), the verdict is
+"unverified", with the reason. A dry run and an ignored kind get verdicts of
 their own kind: nothing was done, so there is nothing to call done.
 """
 from __future__ import annotations
