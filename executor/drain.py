@@ -100,7 +100,9 @@ class Drains:
     # -- the recipe --------------------------------------------------------------------------
     def turn(self, now: WallTime, mono: MonoTime) -> None:
         self.mono = mono
-        self.first_seen = {nid: self.first_seen.get(nid, mono) for nid in self.active}
+        # A notice whose record an earlier run left counts as seen long enough (its clients are told).
+        self.first_seen = {nid: self.first_seen.get(nid, MonoTime(mono - TELL_CLIENTS_AFTER_S) if nid in self.records else mono)
+                           for nid in self.active}
         for n in list(self.active.values()):
             rec = self.records.get(n.id) or self._start(n, now)
             if rec is None:

@@ -206,3 +206,14 @@ def test_a_wall_clock_stepped_ahead_does_not_cut_the_verifiers_wait_for_its_own_
     emits, _ = core.advance(state, agrees, T0 + 21.5 + STEP)
     assert [e.type for e in emits if e.type in VERDICTS] == ["drain.done"]
     assert VERIFY_WAIT_S > 1.5
+
+
+def test_a_restarted_executor_tells_the_clients_of_a_drain_it_finds_on_disk_at_once():
+    """The 2 s are counted from this process's first sight of the notice -- but a drain an earlier
+    run started (its record on disk) is not made to wait again."""
+    d, clients, _ = drain_core()
+    d.turn(T0, 100.0)
+    again = Drains(Scheduler(), clients, Shell(), dict(d.records))
+    again.contract, again.contract_heard, again.active = BUILTIN, True, dict(d.active)
+    again.turn(T0 + 0.5, 7.0)          # a new process: its monotonic clock starts elsewhere
+    assert len(clients.announced) == 1
