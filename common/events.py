@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Protocol, TypeGuard, get_args
 
 # The closed set of event types, defined once. Every emitting signature takes an ``EventType``,
@@ -21,6 +22,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeGuard, get_args
 EventType = Literal[
     "agent.started", "agent.process_exited", "agent.config_error", "agent.thread_restarted",
     "notice.received", "notice.duplicate", "notice.rejected", "notice.ignored", "notice.withdrawn",
+    "notice.ack_withheld",
     "metadata.error", "relay.error", "relay.connected", "relay.disconnected",
     "contract.accepted", "contract.rejected", "contract.builtin",
     "drain.started", "drain.cordoned", "drain.uncordoned", "drain.clients_told",
@@ -28,7 +30,7 @@ EventType = Literal[
     "drain.requeued", "drain.signalled", "drain.fallback", "drain.reconciled", "drain.error",
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
-    "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged",
+    "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged", "drain.eviction_unsupported",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",
@@ -98,32 +100,36 @@ class Outbox:
     """Events waiting for the spool's durable acknowledgement.
 
     Pure bookkeeping (no sockets): ``add`` returns the event to send, ``acked``
-    forgets events, ``due(now)`` lists those to send again. The process's loop
+    forgets events, ``due()`` lists those to send again. The resend pacing is an
+    interval, on ``clock`` (monotonic; an event's ``ts`` stays the wall clock's), so
+    a wall clock stepped back does not hold resends for as long. The process's loop
     owns the DEALER socket. Memory is bounded: past ``limit`` the oldest
     pending events are dropped and counted (``dropped``), and the count is
     reported in the next event so the loss is never silent.
     """
 
     def __init__(self, source: str, node: str, hall: str, limit: int = 10000,
-                 resend_after_s: float = 2.0) -> None:
+                 resend_after_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
+        self.clock = clock
         self.limit = limit
         self.resend_after_s = resend_after_s
         self.seq = 0
         # A per-start stamp keeps seq unique across restarts of this process.
         self.origin = Origin(node, hall, f"{source}-{os.getpid()}-{int(time.time())}")
-        self.pending: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self.pending: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()   # id -> (sent, mono)
         self.dropped = 0
 
     def add(self, type: EventType, notice_id: str = "", data: dict[str, Any] | None = None,
-            now: float | None = None) -> dict[str, Any]:
+            now: float | None = None, *, sent: float | None = None) -> dict[str, Any]:
+        """``now``: the event's time (wall clock); ``sent``: when it is sent (``clock``, now if None)."""
         now = time.time() if now is None else now
         self.seq += 1
         data = dict(data or {})
         if self.dropped:
             data["outbox_dropped"] = self.dropped
         ev = make_event(type, self.origin, self.seq, notice_id=notice_id, data=data, now=now)
-        self.pending[ev["event_id"]] = (now, ev)
+        self.pending[ev["event_id"]] = (self.clock() if sent is None else sent, ev)
         while len(self.pending) > self.limit:
             self.pending.popitem(last=False)
             self.dropped += 1
@@ -131,7 +137,8 @@ class Outbox:
 
     def restore(self, event: dict[str, Any], now: float) -> None:
         """Take back an event a previous run of this process emitted and the spool never acked
-        (common.journal): the same event, id, source and seq, pending as if just sent."""
+        (common.journal): the same event, id, source and seq, pending as if just sent (``now``: on
+        ``clock``)."""
         self.pending[event["event_id"]] = (now, event)
         self.pending.move_to_end(event["event_id"])
         while len(self.pending) > self.limit:
@@ -145,8 +152,10 @@ class Outbox:
                 n += 1
         return n
 
-    def due(self, now: float) -> list[dict[str, Any]]:
-        """Events unacknowledged for longer than resend_after_s, oldest first; their clock restarts."""
+    def due(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Events unacknowledged for longer than resend_after_s (``now``: on ``clock``, read if
+        None), oldest first; their clock restarts."""
+        now = self.clock() if now is None else now
         out = []
         # ``pending`` is kept in send-time order (new events are appended, resent ones move to
         # the end), so the walk stops at the first event that is not yet due.

@@ -154,9 +154,9 @@ class SpoolLink:
         self.journal = Journal(journal_path(config.paths.state_dir, process))
         self.unjournaled = 0      # events the disk refused to journal: in memory only
         self._reporting = False
-        now = time.time()
+        sent = self.outbox.clock()
         for ev in self.journal.replayed:
-            self.outbox.restore(ev, now)
+            self.outbox.restore(ev, sent)
             ipc.send(self.sock, ipc.T_EVENT, ev)
         if self.journal.replayed:
             log.info("outbox.replayed", events=len(self.journal.replayed), path=self.journal.path)
@@ -219,9 +219,10 @@ class SpoolLink:
     def bad_acks(self) -> int:
         return self.rejections.total
 
-    def tick(self, now: float | None = None) -> None:
+    def tick(self) -> None:
+        """Resend what is due (the outbox's resend pacing is on its monotonic clock)."""
         self.rejections.tick()
-        for ev in self.outbox.due(time.time() if now is None else now):
+        for ev in self.outbox.due():
             if not ipc.send(self.sock, ipc.T_EVENT, ev):
                 break
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import clock, ipc, state_file, wire
+from common.clock import Moment
 from common.config import Config
 from common.contract import BUILTIN
 from common.events import EventType
@@ -55,7 +55,7 @@ class Executor:
         # Fields an older executor did not write take the built-in contract's choices.
         records = progress_file.load(self.state, BUILTIN, log, scheduler.memo_problem(config.node.scheduler))
         self.drains = Drains(self.scheduler, self.clients, self, records, dry_run=config.executor.dry_run)
-        self.published_at = 0.0
+        self.published_at = float("-inf")   # MonoTime: publishing is paced, an interval
 
     # -- the drain core's Shell ---------------------------------------------------
     def emit(self, type: EventType, notice_id: str, data: dict[str, Any], now: float) -> object:
@@ -111,19 +111,20 @@ class Executor:
         # drain runs, four times a second so retries and acks are not held back.
         return 250 if self.drains.busy else 1000
 
-    def turn(self, ready: set[Any], now: float) -> None:
+    def turn(self, ready: set[Any], at: Moment) -> None:
         """One turn of the loop, after the handlers of what was readable: the drain core's turn."""
+        now = at.wall
         if self.clients is not None:
-            self.clients.serve(self.clients.fileno() in ready, time.monotonic())
-        self.drains.on_reports(now)
-        self.drains.turn(now)
-        self.spool.tick(now)
+            self.clients.serve(self.clients.fileno() in ready, at.mono)
+        self.drains.on_reports(now, at.mono)
+        self.drains.turn(now, at.mono)
+        self.spool.tick()
         self.rejections.tick()
         if self.clients is not None:
             self.clients.report_errors()
-        if now - self.published_at >= PUBLISH_EVERY_S:
+        if at.mono - self.published_at >= PUBLISH_EVERY_S:
             self.publish()
-            self.published_at = now
+            self.published_at = at.mono
 
     def close(self) -> None:
         """Stop the scheduler's threads and the agent socket, say what is left to say."""
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ex = Executor(config, log, ctx)
     loop = Loop()
     ex.register(loop)
-    loop.run(stop, lambda ready: ex.turn(ready, time.time()), ex.timeout_ms)
+    loop.run(stop, lambda ready: ex.turn(ready, clock.moment()), ex.timeout_ms)
     ex.close()
     ctx.destroy(linger=0)
     log.info("process.stopped")

@@ -18,13 +18,17 @@ records, and **finish**: an end state stops the advancing. Records are saved
 
 No I/O here but through what the executor hands in: the scheduler, the clients
 and its ``Shell`` (the log, the spool, the state file, ``executor.pub``). The clock
-is passed in.
+is passed in, both of them (``common.clock``): ``now`` is the wall clock (records, events,
+deadlines), ``mono`` the monotonic one for the two intervals here -- "tell the clients after
+``TELL_CLIENTS_AFTER_S``" and "save at most every ``SAVE_EVERY_S``" -- so a wall clock stepped back
+neither holds the clients' notice nor the saves for as long as the step.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from common.clock import MonoTime, WallTime
 from common.contract import BUILTIN, Contract, fallback_at
 from common.events import EventType
 from common.notice import Notice
@@ -86,14 +90,20 @@ class Drains:
         # restarted executor would start a drain on the built-in budget.
         self.contract: Contract = BUILTIN
         self.contract_heard = False
-        self.unsaved, self.saved_at = False, 0.0
+        self.unsaved, self.saved_at = False, MonoTime(float("-inf"))
+        self.mono = MonoTime(0.0)                  # the monotonic clock as of the last turn
+        self.first_seen: dict[str, MonoTime] = {}  # notice id -> when this process first saw it
 
     @property
     def busy(self) -> bool:
         return any(r.state == DrainState.RUNNING for r in self.records.values())
 
     # -- the recipe --------------------------------------------------------------------------
-    def turn(self, now: float) -> None:
+    def turn(self, now: WallTime, mono: MonoTime) -> None:
+        self.mono = mono
+        # A notice whose record an earlier run left counts as seen long enough (its clients are told).
+        self.first_seen = {nid: self.first_seen.get(nid, MonoTime(mono - TELL_CLIENTS_AFTER_S) if nid in self.records else mono)
+                           for nid in self.active}
         for n in list(self.active.values()):
             rec = self.records.get(n.id) or self._start(n, now)
             if rec is None:
@@ -107,7 +117,8 @@ class Drains:
             self.clients.tell()   # after the withdrawals: a client they governed hears "withdrawn" first
         self._collect_acks(now)
 
-    def on_reports(self, now: float) -> None:
+    def on_reports(self, now: WallTime, mono: MonoTime) -> None:
+        self.mono = mono
         if self.scheduler is None:
             return
         changed = False
@@ -118,11 +129,11 @@ class Drains:
             self.unsaved = True
         # A restart re-reads the scheduler anyway (an evicted pod shows as terminating), so
         # per-pod progress need not hit the disk at once.
-        if self.unsaved and now - self.saved_at >= SAVE_EVERY_S:
+        if self.unsaved and mono - self.saved_at >= SAVE_EVERY_S:
             self.save_now(now)
 
     def save_now(self, now: float) -> None:
-        self.unsaved, self.saved_at = False, now
+        self.unsaved, self.saved_at = False, self.mono
         self.shell.save()
 
     # -- 1. start the record -------------------------------------------------------------
@@ -149,8 +160,9 @@ class Drains:
             return
         # Cordon first, so nothing new lands while workloads checkpoint; but never let a slow or
         # unreachable scheduler keep the workloads from hearing the notice for long.
+        # (Timed from this process's first sight of the notice, on the monotonic clock.)
         if (Step.CORDONED not in rec.steps and Step.FALLBACK not in rec.steps
-                and now - rec.received_at < TELL_CLIENTS_AFTER_S):
+                and self.mono - self.first_seen.get(n.id, self.mono) < TELL_CLIENTS_AFTER_S):
             return
         told = Step.CLIENTS_TOLD in rec.steps
         if not self.dry_run:

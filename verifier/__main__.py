@@ -18,7 +18,8 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, supervise, wire
+from common import clock, ipc, state_file, supervise, wire
+from common.clock import Moment, MonoTime
 from common.config import Config
 from common.contract import BUILTIN, Contract
 from common.events import is_event_type
@@ -28,6 +29,7 @@ from common.loop import Loop
 from common.notice import Notice
 from common.runtime import Rejections, SpoolLink, StopFlag, start
 from verifier import core, metrics
+from verifier.judge import finished_at
 from verifier.scheduler_read import Observer, reader_for
 
 STATE_FILE = "verdicts.json"
@@ -57,10 +59,12 @@ class Verifier:
         self.fallback_path = os.path.join(rd, FALLBACK_FILE)
         self.save_failing = os.path.exists(self.fallback_path)   # removed at the next good save
         self.state, damaged = core.load(self._load())
-        self.started = time.time()
+        self.started = clock.mono()   # SETTLE_S: an interval
         self.heard: set[bytes] = set()
         self.active: dict[str, Notice] = {}
-        self.published_at = 0.0
+        self.published_at = MonoTime(float("-inf"))
+        self.mono = clock.mono()   # as of the last turn
+        self.done_heard: dict[str, MonoTime] = {}   # id -> when its record first said finished
         self.withdrawn: frozenset[str] = frozenset()
         self.arrivals: dict[str, dict[str, float]] = {}
         self.progress: dict[str, wire.DrainRecord] = {}
@@ -129,6 +133,7 @@ class Verifier:
                         self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
                             f"{len(refused)} drain record(s) refused, e.g. {nid[:64]!r}: {why}"))
                     self.progress_at = time.time()
+                    self._heard_done()
                 self.heard.add(topic)
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB if sock is self.progress_sub else ipc.WATCHER_PUB, e)
@@ -157,21 +162,28 @@ class Verifier:
             self._save()
 
     # -- the work -------------------------------------------------------------------
-    def ready(self, now: float) -> bool:
+    def _heard_done(self) -> None:
+        """Note when (monotonic) each drain was first heard finished: VERIFY_WAIT_S counts from it."""
+        now = clock.mono()
+        self.done_heard = {nid: self.done_heard.get(nid, now) for nid, rec in self.progress.items()
+                           if finished_at(rec, self.progress_at) is not None}
+
+    def ready(self, mono: MonoTime) -> bool:
         if ipc.T_NOTICE not in self.heard:
             return False
-        return {ipc.T_CONTRACT, ipc.T_PROGRESS} <= self.heard or now - self.started >= SETTLE_S
+        return {ipc.T_CONTRACT, ipc.T_PROGRESS} <= self.heard or mono - self.started >= SETTLE_S
 
     def view(self) -> core.View:
         return core.View(active=self.active, withdrawn=self.withdrawn, progress=self.progress,
                          progress_at=self.progress_at, budget=wire.Budget.of(self.contract.drain),
                          move_step=self.move_step, arrivals=self.arrivals,
-                         seen=self.observer.latest if self.observer is not None else None)
+                         seen=self.observer.latest if self.observer is not None else None,
+                         mono=self.mono, done_heard=dict(self.done_heard))
 
-    def check(self, now: float) -> None:
+    def check(self, now: float) -> None:   # now: the wall clock (deadlines); self.mono beside it
         if self.observer is not None:
             self.observer.want(core.open_notices(self.state, self.active))
-        if not self.ready(now):
+        if not self.ready(self.mono):
             return
         emits, changed = core.advance(self.state, self.view(), now)
         events = []
@@ -208,17 +220,18 @@ class Verifier:
                 self.log.error("metrics.write_failed", path=self.metrics_path, error=str(e)[:300])
             self.metrics_failed = True
 
-    def turn(self, now: float) -> None:
+    def turn(self, at: Moment) -> None:
         """The housekeeping after each poll: judge, say restarts of the reader, resend, report refusals,
         publish, metrics."""
+        now, self.mono = at.wall, at.mono
         self.check(now)
         if self.observer is not None and self.observer.worker is not None:
             supervise.report(self.observer.worker, self.log, self.spool.emit)
-        self.spool.tick(now)
+        self.spool.tick()
         self.rejections.tick()
-        if now - self.published_at >= PUBLISH_EVERY_S:
+        if at.mono - self.published_at >= PUBLISH_EVERY_S:
             self.publish()
-            self.published_at = now
+            self.published_at = at.mono
         self.write_metrics()
 
 
@@ -232,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     loop.on(v.progress_sub, lambda: v.on_readable(v.progress_sub))
     loop.on(v.spool.sock, v.on_acks)
     # Idle, a turn a second; four while a notice is active, so a deadline is judged on time.
-    loop.run(stop, lambda ready: v.turn(time.time()), lambda: 250 if v.active else 1000)
+    loop.run(stop, lambda ready: v.turn(clock.moment()), lambda: 250 if v.active else 1000)
     if v.observer is not None:
         v.observer.stop()
     v.rejections.tick(force=True)

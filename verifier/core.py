@@ -53,6 +53,8 @@ class View:
     move_step: str = "evict"                 # "requeue" on Slurm
     arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> channel -> epoch
     seen: Observation | None = None          # the verifier's own latest read of the scheduler
+    mono: float = 0.0                        # now on the monotonic clock (MonoTime)
+    done_heard: dict[str, float] = field(default_factory=dict)   # id -> when (mono) heard finished
 
 
 # What the verifier says in its log only: a clock moved or stopped is no event of the spool's.
@@ -168,7 +170,11 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
             changed = True
         if n.id in state["verdicts"]:
             continue
-        verdict = judge(clock, rec, view.progress_at, now, view.move_step, view.seen)
+        # An interval, monotonic; a drain not known finished (or not noted: a caller without the
+        # shell's bookkeeping) waits for nothing beyond the cutoff.
+        heard = view.done_heard.get(n.id)
+        waited = math.inf if heard is None else view.mono - heard
+        verdict = judge(clock, rec, view.progress_at, now, view.move_step, view.seen, waited_s=waited)
         if verdict is None:
             continue
         tl = timeline(n, rec, view.arrivals.get(n.id), verdict_at=now,

@@ -15,7 +15,8 @@ step names of ``common.wire.Step``), ``remaining`` (None until first read),
 The executor's word alone is never "done": ``judge`` also takes the verifier's own read of the
 scheduler (``Observation``, verifier/scheduler_read.py), made after the executor said so. When
 they agree, done; when the read says otherwise, or cannot be made, by the cutoff (and at least
-``VERIFY_WAIT_S`` after the report), the verdict is "unverified", with the reason. A dry run and an ignored kind get verdicts of
+``VERIFY_WAIT_S`` after the verifier heard the report, on the monotonic clock), the verdict is
+"unverified", with the reason. A dry run and an ignored kind get verdicts of
 their own kind: nothing was done, so there is nothing to call done.
 """
 from __future__ import annotations
@@ -45,7 +46,9 @@ from common.wire import (
 # so a node that emptied just before the cutoff is not called overrun.
 PROGRESS_GRACE_S = 2.5
 # How long after the executor says "empty" the verifier's own read may take to agree (it reads
-# about once a second) before the verdict is "unverified" -- at least; the cutoff, if later.
+# about once a second) before the verdict is "unverified" -- at least; the cutoff, if later. An
+# interval: counted on the monotonic clock from when the verifier heard it (``waited_s``), so a
+# wall clock stepped ahead does not call a drain unverified before its read had the time.
 VERIFY_WAIT_S = 5.0
 
 _EVICT_STEPS = (Step.EVICTED, Step.DELETED)
@@ -163,20 +166,21 @@ def held_up_by(clock: Clock, rec: DrainRecord | None, move_step: str) -> str:
     return move_step
 
 
-def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, now: float, until: float) -> str | None:
+def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, waiting: bool) -> str | None:
     """Does the verifier's own read agree with the executor's "empty" (or "cordoned")? "" when it
-    does; the reason when it does not, or cannot, by ``until``; None: wait for a newer read."""
+    does; the reason when it does not, or cannot, once no longer ``waiting``; None: wait for a
+    newer read."""
     if seen is None or seen.at < done_at:
-        if now < until:
+        if waiting:
             return None
         return "no read of the scheduler by the verifier since the executor reported" + (
             "" if seen is None else f" (last read: {seen.error or 'before the report'})")
     if seen.left is None:
-        return None if now < until else f"the verifier cannot read the scheduler: {seen.error}"
+        return None if waiting else f"the verifier cannot read the scheduler: {seen.error}"
     cordon_only = rec.state == DrainState.CORDONED_ONLY
     if (seen.cordoned if cordon_only else seen.left == ()):
         return ""
-    if now < until:
+    if waiting:
         return None
     what = "not cordoned" if cordon_only else f"{len(seen.left)} still on it: {', '.join(seen.left[:5])}"
     return f"the executor reported the node {'cordoned' if cordon_only else 'empty'}; the verifier's own read: {what}"
@@ -195,10 +199,11 @@ def _reason(rec: DrainRecord | None) -> str:
     return ""
 
 
-def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
-          move_step: str = "evict", seen: Observation | None = None) -> Verdict | None:
+def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,  # noqa: PLR0913 -- the verdict's inputs by name
+          move_step: str = "evict", seen: Observation | None = None, *, waited_s: float = 0.0) -> Verdict | None:
     """At most one verdict for an open notice. ``progress_at``: when its drain record arrived;
-    ``seen``: the verifier's own latest read of the scheduler.
+    ``seen``: the verifier's own latest read of the scheduler; ``waited_s``: how long (monotonic)
+    the verifier has known the drain finished (``VERIFY_WAIT_S``).
 
     ``move_step`` names how this scheduler moves work off ("evict" on
     Kubernetes, "requeue" on Slurm), blamed when no step says otherwise.
@@ -213,7 +218,7 @@ def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
                            finished_at=done_at)
         # A read that fails or disagrees for a moment (a slow server, a pod just going) is given
         # until the cutoff, and at least VERIFY_WAIT_S, to agree: done means empty by the cutoff.
-        agreed = confirmed(rec, seen, done_at, now, max(done_at + VERIFY_WAIT_S, clock.cutoff))
+        agreed = confirmed(rec, seen, done_at, now < clock.cutoff or waited_s < VERIFY_WAIT_S)
         if agreed is None:
             return None
         if agreed:

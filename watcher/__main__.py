@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Literal
+from typing import Any
 
 import zmq
 
 from common import ipc, state_file, wire
 from common.config import Config
-from common.events import EventType
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
@@ -31,7 +30,7 @@ from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
-from watcher.metadata_loop import Round, poll_metadata
+from watcher.metadata_loop import Report, Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
 from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import STATUS_EVENTS, run_relay
@@ -53,7 +52,6 @@ REPEAT_REPORT_S = 60.0
 # What the throttled reports are logged at; the event type is the log message, except
 # the relay's, whose errors and drops share one event type.
 REPORT_LEVEL = {"notice.ignored": "info"}
-Report = EventType | Literal["relay.slow_consumer"]
 
 
 class Watcher:
@@ -74,7 +72,7 @@ class Watcher:
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
-        self.reports = Recorder(self._say, REPEAT_REPORT_S, clock=time.time)
+        self.reports = Recorder(self._say, REPEAT_REPORT_S)   # its repeat is an interval: monotonic
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on

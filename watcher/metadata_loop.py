@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from common.config import Config
+from common.events import EventType
+from common.recorder import Recorder
 from watcher.in_thread import in_thread
-from watcher.providers import MetadataError, MetadataSource, PollResult, make_source
+from watcher.notice_book import NoticeBook
+from watcher.providers import MetadataError, MetadataSource, PollResult, Withheld, make_source
 
 # However often something wakes the loop, rounds are at least this far apart.
 MIN_GAP_S = 0.05
@@ -30,10 +33,21 @@ class Round:
     result: PollResult | None = None
     error: MetadataError | None = None
     unreported: tuple[str, ...] = ()
+    withheld: tuple[Withheld, ...] = ()   # acknowledgements the source did not send, and why
+
+
+# What the watcher says through its throttled reports: an event type, or the relay's drop line
+# (logged, not an event).
+Report = EventType | Literal["relay.slow_consumer"]
 
 
 class Host(Protocol):
     """What the loop needs from the watcher (kept narrow so tests can drive the loop alone)."""
+
+    book: NoticeBook      # to name a withheld acknowledgement's notice as the watcher holds it
+    reports: Recorder[Report]   # what the watcher says (a log line and an event)
+
+    def count(self, name: str) -> None: ...
 
     def metadata_started(self, source: MetadataSource, wake: asyncio.Event) -> None:
         """Resume ``source`` from the notices held; ``wake.set()`` starts a round at once."""
@@ -57,7 +71,7 @@ def one_round(source: MetadataSource, drained: list[str]) -> Round:
         rnd.error = MetadataError("internal", f"{type(e).__name__}: {e}")
     if drained:
         try:
-            source.drained(drained, now)
+            rnd.withheld = tuple(source.drained(drained, now))
         except MetadataError as e:
             rnd.unreported = tuple(drained)
             rnd.result = rnd.result or PollResult()
@@ -89,10 +103,22 @@ async def poll_metadata(host: Host, config: Config, stop: asyncio.Event) -> None
             started = loop.time()
             rnd = await in_thread("metadata-poll", one_round, source, host.take_drained())
             host.on_metadata_round(source.name, rnd)
+            say_withheld(host, source.name, rnd.withheld)
             await asyncio.sleep(max(0.0, MIN_GAP_S - (loop.time() - started)))
             await _first(stop, wake, timeout=max(0.0, interval_s - (loop.time() - started)))
     finally:
         source.close()
+
+
+def say_withheld(host: Host, source: str, withheld: tuple[Withheld, ...]) -> None:
+    """Each acknowledgement the source withheld (an Azure event shared with other VMs): counted,
+    logged and sent (``notice.ack_withheld``), once per event (the source returns each once), so
+    whoever waits for the platform to proceed early knows why it did not."""
+    for w in withheld:
+        host.count(f"ack_withheld.{w.reason}")
+        host.reports.record("notice.ack_withheld", w.notice_id, {
+            "notice_id": host.book.resolve(w.notice_id), "provider": source, "reason": w.reason,
+            "detail": w.detail, "others": list(w.others), "id_on_channel": w.notice_id})
 
 
 async def _first(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:

@@ -5,7 +5,16 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from executor.kube.api import Conflict, KubeError, NotFound, NotOwnNode, Throttled, TooManyRequests, Unreachable
+from executor.kube.api import (
+    Conflict,
+    EvictionUnsupported,
+    KubeError,
+    NotFound,
+    NotOwnNode,
+    Throttled,
+    TooManyRequests,
+    Unreachable,
+)
 from executor.kube.drain_plan import pdb_from_causes
 from executor.kube.eviction_book import Answer
 
@@ -34,5 +43,7 @@ def _answer_of(call: Callable[[], None]) -> Answer:
         return Answer("unreachable", str(e))
     except NotOwnNode as e:
         return Answer("refused", str(e))
+    except EvictionUnsupported as e:
+        return Answer("unsupported", str(e))
     except Exception as e:  # noqa: BLE001 -- a worker must always answer, or its pod waits forever
         return Answer("error", f"{type(e).__name__}: {e}")

@@ -25,13 +25,12 @@ from urllib.parse import quote
 import ujson
 
 from common.http import SYSTEM_TLS, HttpClient, HttpError, TlsFiles
-from executor.kube import pacing
+from executor.kube import discovery, pacing
 from executor.kube.watch_stream import WatchStream
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-POLICY_VERSIONS = ("v1", "v1beta1")
 
 
 class KubeError(Exception):
@@ -83,6 +82,11 @@ class NotOwnNode(Exception):
     """A call would touch another node or a pod bound elsewhere: refused by the agent itself."""
 
 
+class EvictionUnsupported(Exception):
+    """The server offers no Eviction version this agent can send (``discovery.choose``): the
+    eviction is refused by the agent itself, never turned into a plain DELETE."""
+
+
 class Identity(NamedTuple):
     """Who a connection is: a bearer ``token``, or the client certificate in ``tls`` -- never both."""
 
@@ -125,7 +129,7 @@ class KubeApi:
             self.node_headers["Authorization"] = f"Bearer {node_token}"
             self.taint_http = HttpClient(api_url, timeout_s=timeout_s, max_body=1 << 20,
                                          tls=TlsFiles(ca_file=_ca_of(tls)) if taint_tls is None else taint_tls)
-        self._eviction_version: str | None = None
+        self._eviction: discovery.EvictionSupport | None = None
         # Every request and its status (0: no answer), for a bench or test counting the agent's load.
         self.on_request: Callable[[str, str, int], None] | None = None
         self._watch: WatchStream | None = None
@@ -275,7 +279,7 @@ class KubeApi:
     def list_pdbs_at(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
         """One namespace's PodDisruptionBudgets, 100 a page, and the list's resourceVersion (to
         watch their status from: ``watch_pdbs``)."""
-        version = self.eviction_version() or "v1"
+        version = self.eviction_support().version or "v1"
         out: list[dict[str, Any]] = []
         cont = ""
         while True:
@@ -291,29 +295,31 @@ class KubeApi:
 
     def watch_pdbs(self, namespace: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         """The watch events of one namespace's PodDisruptionBudgets (as ``watch_pods``)."""
-        version = self.eviction_version() or "v1"
+        version = self.eviction_support().version or "v1"
         return self._watch_path(f"/apis/policy/{version}/namespaces/{quote(namespace)}/poddisruptionbudgets?watch=1",
                                 resource_version, timeout_s)
 
-    def eviction_version(self) -> str | None:
-        """The policy/* version of the Eviction subresource, from discovery of /api/v1 (as kubectl
-        does): 'v1' on 1.22+, 'v1beta1' on older servers, None if the server has no eviction."""
-        if self._eviction_version is None:
-            doc = self._call("GET", "/api/v1")
-            found = ""
-            for r in doc.get("resources") or []:
-                if isinstance(r, dict) and r.get("name") == "pods/eviction":
-                    # Servers before 1.x listed no group/version: that is the old policy/v1beta1.
-                    found = str(r.get("version") or "v1beta1")
-                    break
-            self._eviction_version = found if found in POLICY_VERSIONS else "-"
-        return None if self._eviction_version == "-" else self._eviction_version
+    def eviction_support(self) -> discovery.EvictionSupport:
+        """The policy/* version of the Eviction subresource, from discovery (``discovery.choose``):
+        'v1' on 1.22+, 'v1beta1' on older servers; for a version this agent does not know, the
+        newest it knows that the policy group still serves; else a refusal. Asked once per client
+        (and shared: ``share_discovery``); a discovery call that fails is asked again next time."""
+        if self._eviction is None:
+            listed = discovery.listed_eviction(self._call("GET", "/api/v1"))
+            group = None
+            if discovery.needs_group(listed):
+                try:
+                    group = self._call("GET", f"/apis/{discovery.POLICY_GROUP}")
+                except NotFound:
+                    group = None   # no policy group at all: nothing to send
+            self._eviction = discovery.choose(listed, group)
+        return self._eviction
 
     def share_discovery(self, other: KubeApi) -> None:
         """Take what ``other`` (a client of the same server) already discovered: one GET /api/v1
         per drain, not one per worker thread."""
-        if self._eviction_version is None:
-            self._eviction_version = other._eviction_version
+        if self._eviction is None:
+            self._eviction = other._eviction
 
     def _own_pod(self, pod: dict[str, Any]) -> tuple[str, str, str]:
         md = pod.get("metadata") or {}
@@ -334,14 +340,13 @@ class KubeApi:
 
     def evict_pod(self, pod: dict[str, Any], grace_s: int | None = None) -> None:
         """POST the Eviction (the server checks the PDB). Raises TooManyRequests (PDB), NotFound or
-        Conflict (that pod is gone), KubeError, Unreachable, NotOwnNode."""
+        Conflict (that pod is gone), KubeError, Unreachable, NotOwnNode, EvictionUnsupported (no
+        version this agent can send: never a plain DELETE in its place, which would bypass PDBs)."""
         ns, name, uid = self._own_pod(pod)
-        version = self.eviction_version()
-        if version is None:
-            # No eviction subresource (kubectl drain then deletes too): a plain graceful delete.
-            self.delete_pod(pod, grace_s)
-            return
-        body = {"apiVersion": f"policy/{version}", "kind": "Eviction",
+        support = self.eviction_support()
+        if support.refused:
+            raise EvictionUnsupported(support.why)
+        body = {"apiVersion": f"policy/{support.version}", "kind": "Eviction",
                 "metadata": {"name": name, "namespace": ns},
                 "deleteOptions": self._delete_options(uid, grace_s)}
         self._call("POST", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/eviction", body)

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.clock import Moment, MonoTime
 from common.wire import Phase, PhaseEnds
 from executor.kube.pod_filters import pod_key, pods_that_count
 
@@ -91,12 +92,13 @@ def down_after(evict_s: float) -> float:
     return max(0.5, min(DOWN_AFTER_MAX_S, evict_s / 4))
 
 
-def next_turn(now: float, idle_s: float, ends: PhaseEnds, linger_until: float) -> float:
-    """When the drain plans again at the latest if nothing wakes it: ``idle_s`` from now, or the
-    next phase end before that (time alone moves the book only there). The watches wake it on
-    every change; replanning every 0.25 s regardless was most of an idle agent's CPU."""
-    ends_ahead = [t for t in (ends.checkpoint_by, ends.evict_at, ends.cutoff, linger_until) if t > now]
-    return min([now + idle_s, *ends_ahead])
+def next_turn(now: Moment, idle_s: float, ends: PhaseEnds, linger_until: float) -> MonoTime:
+    """When (monotonic) the drain plans again at the latest if nothing wakes it: ``idle_s`` from
+    now, or the next phase end (wall clock) before that (time alone moves the book only there); a
+    phase end a wall clock stepped ahead brought nearer is seen within ``idle_s``. The watches wake
+    it on every change; replanning every 0.25 s regardless was most of an idle agent's CPU."""
+    ends_ahead = [t - now.wall for t in (ends.checkpoint_by, ends.evict_at, ends.cutoff, linger_until) if t > now.wall]
+    return MonoTime(now.mono + min([idle_s, *ends_ahead]))
 
 
 def fallback_due(*, down: bool, allowed: bool, dry_run: bool, done: bool, now: float, at: float) -> bool:
@@ -125,7 +127,9 @@ def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
 
 @dataclass(slots=True)
 class ApiHealth:
-    """Consecutive unanswered calls, and since when (pure bookkeeping, clock passed in)."""
+    """Consecutive unanswered calls, and since when (pure bookkeeping, clock passed in: the
+    monotonic one -- "down for ``down_after_s``" is an interval, which a wall clock stepped ahead
+    would end at once, sending the drain around a server that is merely slow)."""
 
     streak: int = 0
     since: float | None = None

@@ -10,6 +10,7 @@ A pod's phases, and the answer that moves it (``_NEXT``)::
     pending --send--> in_flight --accepted--> accepted --(gone from listing)--> gone
                           |  \\--gone (404, or 409: the UID precondition says it is another pod)--> gone
                           |   \\--refused (not our node: never retried)--> refused
+                          |    \\--unsupported (no Eviction version to send: never a DELETE)--> refused
                           \\--blocked (PDB 429) / throttled (APF 429) / error / unreachable--> retry
                                                                           --(backoff due)--> in_flight
 
@@ -30,6 +31,11 @@ or the verifier's ``evict_over`` escalation) the order is lifted: every pod
 left is evicted at once, and a pod its PDB still blocks is deleted or
 reported, as the contract's ``pdb_blocked`` says. Reported pods keep being
 retried politely: the budget may still allow them before the machine goes.
+
+Two clocks (``common.clock``): the phase ends are wall-clock epochs (``Moment.wall``); every
+wait -- a retry's backoff, a throttle, "stuck for 3 s", a lane's wake -- is on the monotonic clock
+(``Moment.mono``), so a wall clock stepped back does not stall the drain and one stepped ahead
+does not make every pod look stuck.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.clock import Moment, MonoTime, WallTime
 from common.events import EventType
 from common.wire import PhaseEnds
 from executor.kube import pacing
@@ -45,11 +52,18 @@ from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, d
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
-OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused")
+OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused", "unsupported")
 _NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "throttled": RETRY, "error": RETRY,
-         "unreachable": RETRY, "refused": REFUSED}
+         "unreachable": RETRY, "refused": REFUSED, "unsupported": REFUSED}
+# Past the cutoff, a pod whose last answer was one of these is reported (drain.eviction_blocked).
 # An unreachable or throttling server is not the pod's budget: just retry.
-ESCALATE_ON = ("blocked", "error")
+REPORT_AFTER = ("blocked", "error")
+# ... and only a PodDisruptionBudget's refusal -- "blocked": a 429 whose Status carries the
+# DisruptionBudget cause (eviction.go checkAndDecrement; ``pacing.classify_429``) -- turns into a
+# DELETE under ``pdb_blocked = delete``. A webhook's denial (403/400 "admission webhook ... denied
+# the request"), a server error (500) or a plain APF 429 never does: the policy bypasses budgets,
+# not whoever else said no.
+DELETE_AFTER = ("blocked",)
 STUCK_AFTER_S = 3.0
 
 
@@ -61,8 +75,8 @@ class PodState:
     attempts: int = 0             # answers that did not move the pod (throttling not counted)
     throttles: int = 0            # throttled answers in a row
     last: str = ""                # the last answer's outcome
-    retry_at: float = 0.0
-    blocked_since: float | None = None
+    retry_at: float = 0.0                  # MonoTime
+    blocked_since: float | None = None     # MonoTime
     pdb: str = ""                 # the PDB the server named in its last 429
     error: str = ""
     reported: bool = False        # drain.eviction_blocked emitted
@@ -115,8 +129,9 @@ def _plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> 
             None if pdbs is None else tuple(version(p, "generation") for p in pdbs))
 
 
-def transition(st: PodState, answer: Answer, now: float, draw: float = 0.0) -> PodState:
-    """The state after an answer to the call in flight; ``draw`` in [0, 1): the retry's jitter."""
+def transition(st: PodState, answer: Answer, now: MonoTime, draw: float = 0.0) -> PodState:
+    """The state after an answer to the call in flight (``now``: the monotonic clock, which every
+    retry is timed on); ``draw`` in [0, 1): the retry's jitter."""
     def rand() -> float:
         return draw
 
@@ -156,24 +171,23 @@ class EvictionBook:
         self.plan: Plan = EMPTY_PLAN
         # A throttled answer means the server sheds this agent's load, not that pod's: no send at
         # all until then (the pods' own retry_at say the same, this also holds back fresh pods).
-        self.throttled_until = float("-inf")
+        self.throttled_until = float("-inf")   # MonoTime
         self.gate = BudgetGate()
         self.limit = pacing.ConcurrencyLimit(1 << 16)   # capped by next_actions' slots (the workers)
         self._plan_key: tuple[Any, ...] | None = None
         self._covering: Covering = {}
-        self._gated_since: dict[str, float] = {}   # lane -> since when its next pod has had no room
+        self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
-                now: float | None = None, budgets: dict[str, BudgetStatus] | None = None,
-                mono: float | None = None) -> None:
+                now: Moment | None = None, budgets: dict[str, BudgetStatus] | None = None) -> None:
         """A fresh listing of the node: replan, and learn which pods left or appeared. With ``now``,
         a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
         moment the budget can allow the next one, sooner than the backoff would say. ``budgets``:
-        the PDBs' status as watched now ("ns/name" -> status; None: not watched); ``mono``: the
-        monotonic clock now (the budget gate's bound; None: its evictions never lapse)."""
+        the PDBs' status as watched now ("ns/name" -> status; None: not watched). The budget gate's bound runs on
+        ``now.mono`` (without ``now``, its evictions never lapse)."""
         self._replan(pods, pdbs)
-        self.gate.update(budgets, mono)
+        self.gate.update(budgets, None if now is None else now.mono)
         freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase != IN_FLIGHT:
@@ -181,7 +195,7 @@ class EvictionBook:
                     freed.add(self.targets[uid].lane)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
         if now is not None and freed:
-            self._wake(freed, now + pacing.LANE_WAKE_S)
+            self._wake(freed, now.mono + pacing.LANE_WAKE_S)
         for uid, t in self.plan.targets.items():
             self.targets[uid] = t
             seen = self.states.get(uid)
@@ -207,11 +221,10 @@ class EvictionBook:
             if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
                 self.states[uid] = dataclasses.replace(st, retry_at=at)
 
-    def answer(self, uid: str, answer: Answer, now: float, draw: float = 0.0,
-               mono: float | None = None) -> list[Emit]:
+    def answer(self, uid: str, answer: Answer, now: Moment, draw: float = 0.0) -> list[Emit]:
         """Feed the answer to the pod's call in flight; ``draw``: a random number in [0, 1) for
-        its retry's jitter (passed in, so the book stays deterministic under test); ``mono``: the
-        monotonic clock now (when the budget gate counts an accepted eviction from)."""
+        its retry's jitter (passed in, so the book stays deterministic under test). The budget gate counts an
+        accepted eviction from ``now.mono``."""
         st = self.states.get(uid)
         if st is None or st.phase != IN_FLIGHT:
             return []
@@ -219,7 +232,7 @@ class EvictionBook:
         if answer.pdb and "/" not in answer.pdb:
             # A 429 names the PDB without its namespace, which is the pod's.
             answer = dataclasses.replace(answer, pdb=f"{t.key.split('/', 1)[0]}/{answer.pdb}")
-        new = transition(st, answer, now, draw)
+        new = transition(st, answer, now.mono, draw)
         self.states[uid] = new
         # The answer's own monotonic stamps: sent, and heard (sent + latency).
         self.limit.answered(answer.outcome, answer.sent_at, answer.latency_s, answer.sent_at + answer.latency_s,
@@ -227,15 +240,17 @@ class EvictionBook:
         if answer.outcome == "throttled":
             self.throttled_until = max(self.throttled_until, new.retry_at)
         base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
-                "since_received_ms": round((now - self.received_at) * 1000)}
+                "since_received_ms": round((now.wall - self.received_at) * 1000)}
         if answer.outcome == "accepted":
             data = dict(base, attempts=st.attempts + 1, grace_s=st.grace_s)
             if st.op == "delete":
                 return [Emit("drain.deleted", dict(data, reason="pdb_blocked"))]
-            self.gate.took(t.pdbs, t.pod, mono)
+            self.gate.took(t.pdbs, t.pod, now.mono)
             return [Emit("drain.evicted", data)]
         if answer.outcome == "refused":
             return [Emit("drain.error", dict(base, error=new.error))]
+        if answer.outcome == "unsupported":
+            return [Emit("drain.eviction_unsupported", dict(base, error=new.error))]
         return []
 
     # -- decisions ----------------------------------------------------------------------
@@ -246,10 +261,10 @@ class EvictionBook:
     def empty(self) -> bool:
         return not self.plan.targets
 
-    def past_evict_cutoff(self, now: float, inputs: Inputs) -> bool:
+    def past_evict_cutoff(self, now: WallTime, inputs: Inputs) -> bool:
         return inputs.escalated or now >= self.ends.evict_at
 
-    def holding(self, now: float, inputs: Inputs) -> bool:
+    def holding(self, now: WallTime, inputs: Inputs) -> bool:
         """Are workloads still checkpointing (some pod held back)?"""
         if now >= self.ends.checkpoint_by or self.past_evict_cutoff(now, inputs):
             return False
@@ -257,7 +272,7 @@ class EvictionBook:
                    for uid in self.plan.targets)
 
     def next_due(self) -> float | None:
-        """The earliest moment a retry falls due (or throttling ends), if any."""
+        """The earliest moment (MonoTime) a retry falls due (or throttling ends), if any."""
         due = min((st.retry_at for st in self.states.values() if st.phase == RETRY), default=None)
         if due is not None and self.throttled_until > due:
             return self.throttled_until
@@ -266,14 +281,14 @@ class EvictionBook:
     def in_flight(self) -> int:
         return sum(1 for st in self.states.values() if st.phase == IN_FLIGHT)
 
-    def next_actions(self, now: float, inputs: Inputs, slots: int) -> tuple[list[Action], list[Emit]]:
+    def next_actions(self, now: Moment, inputs: Inputs, slots: int) -> tuple[list[Action], list[Emit]]:
         """The calls to send now and the events they imply: at most ``slots`` (the workers) in
         flight, and no more than the server's answers allow (``limit``, AIMD)."""
         self.limit.cap(slots)
         emits: list[Emit] = []
-        if now < self.throttled_until:
+        if now.mono < self.throttled_until:
             return [], emits
-        if self.past_evict_cutoff(now, inputs):
+        if self.past_evict_cutoff(now.wall, inputs):
             picks = self._after_cutoff(now, emits)
         else:
             picks = self._by_the_book(now, inputs)
@@ -283,15 +298,15 @@ class EvictionBook:
             if len(actions) >= free:
                 break
             t = self.targets[uid]
-            grace = grace_for(t.grace_s, now, self.ends.cutoff)
+            grace = grace_for(t.grace_s, now.wall, self.ends.cutoff)
             self.states[uid] = dataclasses.replace(self.states[uid], phase=IN_FLIGHT, op=op, grace_s=grace)
             actions.append(Action(op, uid, t.key, grace, t.pod))
         return actions, emits
 
-    def _held(self, uid: str, now: float, inputs: Inputs) -> bool:
+    def _held(self, uid: str, now: WallTime, inputs: Inputs) -> bool:
         return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
-    def _lane_next(self, lane: Lane, now: float, inputs: Inputs) -> tuple[str, str | None]:
+    def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs) -> tuple[str, str | None]:
         """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
         time, never past a pod its PDB blocks (the next one would be blocked too), and none while
         the watched budget has no room."""
@@ -302,22 +317,22 @@ class EvictionBook:
                 continue
             if st.phase == IN_FLIGHT:
                 return "busy", None
-            if self._held(uid, now, inputs):
+            if self._held(uid, now.wall, inputs):
                 waiting = True
                 continue
             stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
-                     and now - st.blocked_since >= STUCK_AFTER_S)
-            due = st.phase == PENDING or st.retry_at <= now
+                     and now.mono - st.blocked_since >= STUCK_AFTER_S)
+            due = st.phase == PENDING or st.retry_at <= now.mono
             t = self.targets[uid]
             if due and self.gate.verdict(t.pdbs, t.pod) == CLOSED:
-                since = self._gated_since.setdefault(lane.key, now)
-                stuck = stuck or (not waiting and now - since >= STUCK_AFTER_S)
+                since = self._gated_since.setdefault(lane.key, now.mono)
+                stuck = stuck or (not waiting and now.mono - since >= STUCK_AFTER_S)
                 return ("stuck" if stuck else "busy"), None
             self._gated_since.pop(lane.key, None)
             return ("stuck" if stuck else "busy"), (uid if due else None)
         return ("busy" if waiting else "done"), None
 
-    def _by_the_book(self, now: float, inputs: Inputs) -> list[tuple[str, str]]:
+    def _by_the_book(self, now: Moment, inputs: Inputs) -> list[tuple[str, str]]:
         picks: list[tuple[str, str]] = []
         settled = True   # every lane of the tiers before this one is done or blocked
         tier = 0
@@ -333,7 +348,7 @@ class EvictionBook:
                 settled = False
         return picks
 
-    def _after_cutoff(self, now: float, emits: list[Emit]) -> list[tuple[str, str]]:
+    def _after_cutoff(self, now: Moment, emits: list[Emit]) -> list[tuple[str, str]]:
         picks: list[tuple[str, str]] = []
         for uid in self.plan.order():
             st = self.states[uid]
@@ -341,24 +356,25 @@ class EvictionBook:
                 picks.append((uid, "evict"))
             elif st.phase != RETRY:
                 continue
-            elif st.last not in ESCALATE_ON:
-                if st.retry_at <= now:
+            elif st.last not in REPORT_AFTER:
+                if st.retry_at <= now.mono:
                     picks.append((uid, st.op or "evict"))
-            elif self.pdb_blocked == "delete":
-                if st.op != "delete" or st.retry_at <= now:
+            elif self.pdb_blocked == "delete" and (st.last in DELETE_AFTER or st.op == "delete"):
+                # (op "delete": the PDB's refusal already decided it; a failed delete is retried)
+                if st.op != "delete" or st.retry_at <= now.mono:
                     picks.append((uid, "delete"))
             else:
                 if not st.reported:
                     self.states[uid] = st = dataclasses.replace(st, reported=True)
                     emits.append(self._blocked_event(uid, st, now))
-                if st.retry_at <= now:
+                if st.retry_at <= now.mono:
                     picks.append((uid, "evict"))
         return picks
 
-    def _blocked_event(self, uid: str, st: PodState, now: float) -> Emit:
+    def _blocked_event(self, uid: str, st: PodState, now: Moment) -> Emit:
         t = self.targets[uid]
-        since = st.blocked_since if st.blocked_since is not None else now
+        since = st.blocked_since if st.blocked_since is not None else now.mono
         return Emit("drain.eviction_blocked", {
             "pod": t.key, "uid": uid, "pdb": st.pdb or t.pdb, "attempts": st.attempts,
-            "blocked_for_ms": round((now - since) * 1000), "error": st.error,
-            "since_received_ms": round((now - self.received_at) * 1000)})
+            "blocked_for_ms": round((now.mono - since) * 1000), "error": st.error,
+            "since_received_ms": round((now.wall - self.received_at) * 1000)})

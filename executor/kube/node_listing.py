@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.clock import MonoTime
 from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
 from executor.kube.budget_gate import BudgetStatus, PdbView
 from executor.kube.pod_view import namespaces_of
@@ -66,8 +67,9 @@ class NodeListing:
         for w in self.pdb_watchers.values():
             w.stop()
 
-    def look(self, now: float) -> Sight:
-        """Raises Unreachable / KubeError as a failed list would (the watcher's, or this turn's)."""
+    def look(self, now: MonoTime) -> Sight:
+        """Raises Unreachable / KubeError as a failed list would (the watcher's, or this turn's).
+        ``now`` is monotonic: the PDB re-read and the empty-node confirmation are intervals."""
         pods = self.watcher.pods()
         if pods is None:
             return Sight(None, None, False)

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from common.clock import MonoTime, moment, mono
 from common.events import EventType
 from common.recorder import Recorder
 from common.timefmt import format_rfc3339
@@ -73,7 +74,7 @@ class DrainRunner:
         self._report_fn = report
         self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: something changed
         self._inputs = inputs or Inputs()
-        self._clock = clock
+        self._clock = clock   # the wall clock: deadlines, timestamps; intervals are on mono()
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
         self._memo = spec.memo()
@@ -85,7 +86,7 @@ class DrainRunner:
         self._phase = ""
         # Coordinator thread only (the workers report through the answers queue).
         self._warnings: Recorder[str] = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
-                                  WARN_REPEAT_S, clock)
+                                  WARN_REPEAT_S, mono)
         self._thread = threading.Thread(target=self._main, name=f"drain-{spec.notice_id[:16]}", daemon=True)
 
     # -- control (from the loop) -------------------------------------------------------
@@ -220,18 +221,18 @@ class DrainRunner:
             while True:
                 if self._stop.is_set():
                     raise Stopped()
-                now = self._clock()
-                if now > s.deadline + LINGER_S:
+                at = moment(self._clock)
+                if at.wall > s.deadline + LINGER_S:
                     self._report(NewState(s.notice_id, DrainState.ENDED))
                     return
-                sight = self._look(listing, api, now)
+                sight = self._look(listing, api, at.mono)
                 if sight is None:
                     last_remaining = None   # said what went wrong meanwhile: say what is left again
                     continue
                 if sight.pods is None:   # the first list is not in yet
-                    self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+                    self._exchange(book, pool, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
                     continue
-                book.observe(sight.pods, sight.pdbs, now, sight.budgets, mono=time.monotonic())
+                book.observe(sight.pods, sight.pdbs, at, sight.budgets)
                 remaining = book.remaining()
                 if remaining != last_remaining:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
@@ -240,13 +241,13 @@ class DrainRunner:
                     self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
-                self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
-                self._exchange(book, pool, next_turn(now, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+                self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)
+                self._exchange(book, pool, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
         finally:
             listing.stop()
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _look(self, listing: NodeListing, api: KubeApi, now: float) -> Sight | None:
+    def _look(self, listing: NodeListing, api: KubeApi, now: MonoTime) -> Sight | None:
         """The node as the listing sees it now, or None (after the wait) if it could not say."""
         try:
             sight = listing.look(now)
@@ -267,19 +268,19 @@ class DrainRunner:
         return None
 
     def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
-        """Send what the book says, feed it the answers, until the next listing is due."""
+        """Send what the book says, feed it the answers, until the next listing is due (monotonic)."""
         while True:
-            now = self._clock()
-            actions, emits = book.next_actions(now, self.inputs, self.spec.workers)
+            at = moment(self._clock)
+            actions, emits = book.next_actions(at, self.inputs, self.spec.workers)
             self._forward(emits)
             for a in actions:
                 pool.submit(self._send, a)
-            if now >= until:
+            if at.mono >= until:
                 return
             due = book.next_due()
-            wake = until if due is None else max(now, min(until, due))
+            wake = until if due is None else max(at.mono, min(until, due))
             try:
-                uid, answer = self._answers.get(timeout=max(0.001, wake - now))
+                uid, answer = self._answers.get(timeout=max(0.001, wake - at.mono))
             except queue.Empty:
                 if self._stop.is_set():
                     raise Stopped() from None
@@ -296,10 +297,10 @@ class DrainRunner:
                 changed = True
             else:
                 if answer.outcome == "unreachable":
-                    self._health.failed(self._clock())
+                    self._health.failed(mono())
                 else:
                     self._health.ok()
-                self._forward(book.answer(uid, answer, self._clock(), self._rand(), mono=time.monotonic()))
+                self._forward(book.answer(uid, answer, moment(self._clock), self._rand()))
             try:
                 uid, answer = self._answers.get_nowait()
             except queue.Empty:
@@ -346,11 +347,11 @@ class DrainRunner:
     def _unanswered(self, api: KubeApi, error: str) -> None:
         """One unanswered call. Once the server counts as down: wait for it, probing, and go
         around it if (and only when) ``fallback_due`` says so; then reconcile."""
-        now = self._clock()
-        self._health.failed(now)
-        if not self._health.down(now, self.spec.down_after_s):
+        since = mono()   # "down for" is an interval: monotonic
+        self._health.failed(since)
+        if not self._health.down(since, self.spec.down_after_s):
             return
-        down_since = self._health.since or now
+        down_since = self._health.since or since
         # What keeps the node from empty now, for the record (and the verdict, should it stay so).
         self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
         while True:
@@ -363,7 +364,7 @@ class DrainRunner:
                     down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
                     done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
                     at=self.spec.fallback_at):
-                self._fallback(error, now - down_since)
+                self._fallback(error, mono() - down_since)
             try:
                 api.get_node()
                 break
@@ -391,7 +392,7 @@ class DrainRunner:
     def _reconcile(self, api: KubeApi, down_since: float) -> None:
         """The server is back: make the node's state what the drain says, and say what happened."""
         s = self.spec
-        detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
+        detail: dict[str, Any] = {"down_for_ms": round((mono() - down_since) * 1000)}
         try:
             detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
             detail["remaining"] = node_steps.remaining_pods(api)

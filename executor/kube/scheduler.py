@@ -14,6 +14,7 @@ import os
 import random
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -133,10 +134,11 @@ class KubeScheduler:
         if runner is not None and runner.alive:
             runner.inputs = inputs_of(order)
             return
+        mono = time.monotonic()   # the restart's pause is an interval (common.clock), not a deadline
         if runner is not None:   # it ended without saying done: it crashed, or was stopped
             del self.runners[nid]
-            self._restart_at[nid] = now + RESTART_AFTER_S
-        if now < self._restart_at.get(nid, 0.0) or any(r.alive for r in self.runners.values()):
+            self._restart_at[nid] = mono + RESTART_AFTER_S
+        if mono < self._restart_at.get(nid, float("-inf")) or any(r.alive for r in self.runners.values()):
             return
         self.runners[nid] = DrainRunner(drain_spec(order, self.config), self.make_api, self._out.put,
                                         inputs_of(order)).start()

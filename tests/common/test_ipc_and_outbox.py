@@ -32,13 +32,25 @@ def test_make_event_schema():
 
 
 def test_outbox_resends_until_acked():
-    box = Outbox("w", "n", "h", resend_after_s=2.0)
-    ev = box.add("notice.received", now=100.0)
+    box = Outbox("w", "n", "h", resend_after_s=2.0, clock=lambda: 100.0)
+    ev = box.add("notice.received", now=1_800_000_000.0)
     assert box.due(101.0) == []
     assert box.due(102.5) == [ev]
     assert box.due(103.0) == []            # clock restarted at the resend
     assert box.acked([ev["event_id"]]) == 1
     assert box.due(200.0) == []
+
+
+def test_outbox_resends_on_its_monotonic_clock_whatever_the_events_wall_time():
+    """The event's ts is the wall clock's; the resend pacing is an interval on the monotonic clock:
+    an event stamped 60 s 'in the past' (the wall clock stepped back) is resent 2 s later, not 62."""
+    mono = [500.0]
+    box = Outbox("w", "n", "h", resend_after_s=2.0, clock=lambda: mono[0])
+    first = box.add("notice.received", now=1_800_000_000.0)
+    stepped = box.add("notice.received", now=1_800_000_000.0 - 60)
+    assert first["ts"].startswith("2027-01-15T08:00:00") and box.due() == []
+    mono[0] = 502.1
+    assert box.due() == [first, stepped]
 
 
 def test_outbox_is_bounded_and_reports_loss():

@@ -57,7 +57,7 @@ def test_the_executor_and_the_verifier_time_a_notice_alike():
     n = notice(deadline_in=50.0)   # short: the evict phase is squeezed to the cutoff
     drains = Drains(None, None, QuietShell(), {})
     drains.contract, drains.contract_heard, drains.active = contract, True, {n.id: n}
-    drains.turn(T0 + 1)
+    drains.turn(T0 + 1, 1.0)
     rec = drains.records[n.id]
     order = drains._order(n, rec)
     spec = drain_spec(order, _config())

@@ -183,5 +183,5 @@ def test_api_down_refuses_kubectl_until_up(kube: KubeEmulator) -> None:
 
 
 def test_fixture_reports_a_failed_start(tmp_path: Path) -> None:
-    with pytest.raises(KubeEmuError, match="policy_versions"), kube_emulator(tmp_path, policy_versions=("v2",)):
+    with pytest.raises(KubeEmuError, match="policy_versions"), kube_emulator(tmp_path, policy_versions=("v9",)):
         pass

@@ -66,6 +66,19 @@ def test_azure_start_request_starts_the_event_and_is_recorded(emu: MetadataEmula
     assert ack["event_ids"] == [event_id] and ack["started"] == [event_id]
 
 
+def test_azure_one_acknowledgement_releases_every_vm_the_event_names(emu: MetadataEmulator) -> None:
+    """Microsoft: "Acknowledging an event allows the event to proceed for all Resources in the
+    event, not just the VM that acknowledges the event." The status is the event's."""
+    shared = emu.azure_add("Reboot", resources=["vm-emu-0", "vm-other", "vm-third"])
+    alone = emu.azure_add("Preempt", resources=["vm-fourth"])
+    requests.post(emu.url + EVENTS, headers=AZURE, timeout=5, json={"StartRequests": [{"EventId": shared}]})
+    [ack] = emu.azure_acks()["acks"]
+    assert ack["released"] == {"vm-emu-0": [shared], "vm-other": [shared], "vm-third": [shared]}
+    assert emu.azure_released() == ack["released"]
+    status = {e["EventId"]: e["EventStatus"] for e in azure_doc(emu)["Events"]}
+    assert status == {shared: "Started", alone: "Scheduled"}
+
+
 @pytest.mark.parametrize("body", [b"not json", b"{}", b'{"StartRequests": []}',
                                   b'{"StartRequests": [{"EventId": 5}]}',
                                   b'{"StartRequests": {"EventId": "x"}}', b"[]"])

@@ -65,8 +65,8 @@ def test_a_kind_the_contract_ignores_is_never_handed_to_the_scheduler():
     for kind in ("live_migration", "rebalance", "pause"):
         n = notice(f"n-{kind}", kind)
         d.active = {n.id: n}
-        d.turn(n.received_at + 1)
-        d.turn(n.received_at + 2)
+        d.turn(n.received_at + 1, 1.0)
+        d.turn(n.received_at + 2, 2.0)
         assert d.records[n.id].state == DrainState.IGNORED
         assert [e[0] for e in shell.events if e[1] == n.id] == ["drain.started", "drain.ignored"]
     assert sched.orders == []
@@ -77,7 +77,7 @@ def test_the_order_carries_the_fallback_choice_and_moment():
     for kind, allowed in (("reclaim", True), ("maintenance", False), ("rebalance", False)):
         n = notice(f"n-{kind}", kind)
         d.active = {n.id: n}
-        d.turn(n.received_at)
+        d.turn(n.received_at, 0.0)
         o = sched.orders[-1]
         assert (o.notice_id, o.fallback_allowed) == (n.id, allowed)
         assert o.fallback_at == n.deadline - BUILTIN.fallback.lead_s - FALLBACK_MARGIN_S
@@ -87,9 +87,9 @@ def test_a_config_error_is_said_once_and_kept_for_the_verdict():
     d, sched, shell = drains()
     n = notice()
     d.active = {n.id: n}
-    d.turn(n.received_at)
+    d.turn(n.received_at, 0.0)
     sched.pending = [Problem(n.id, "403 Forbidden: nope"), Problem(n.id, "403 Forbidden: nope")]
-    d.on_reports(n.received_at + 1)
+    d.on_reports(n.received_at + 1, 1.0)
     rec = d.records[n.id]
     assert rec.problem == "403 Forbidden: nope" and Step.CONFIG_ERROR in rec.steps
     assert [e[2] for e in shell.events if e[0] == "drain.config_error"] == [{"reason": "403 Forbidden: nope"}]

@@ -38,9 +38,9 @@ def test_a_new_drain_is_on_disk_before_drain_started_is_sent(tmp_path):
         ex.spool.emit = spy
         ex.drains.contract_heard = True
         now = time.time()
-        ex.drains.turn(now)
+        ex.drains.turn(now, now)
         ex.drains.active = {"n1": Notice("n1", "reclaim", "node-a", "i-1", now, now + 60, "sco", received_at=now)}
-        ex.drains.turn(now)
+        ex.drains.turn(now, now)
         ex.close()
     finally:
         ctx.destroy(linger=0)

@@ -201,7 +201,7 @@ def test_executor_watcher_feed(executor, messages):
 
     each_applied_or_counted(messages, receive, lambda: executor.bad_messages,
                             {ipc.T_NOTICE: lambda: drains.active, ipc.T_CONTRACT: lambda: drains.contract})
-    drains.turn(1.8e9)
+    drains.turn(1.8e9, 0.0)
     executor.publish()
     for n in drains.active.values():   # what was applied is a notice every step can use
         assert n.to_dict()["deadline"] and n.node in (NODE, "*")

@@ -24,6 +24,7 @@ from executor.slurm import local as slurm_local
 from spool.shipping import retry_after_s
 from supervisord_plugins import process_events
 from tests.executor.kube.podspecs import pdb, pod
+from tests.support.clocks import at
 from tests.support.fuzzing import fuzz, json_values, mutated
 from watcher import nats_creds
 from watcher.contract_store import parse_public_key
@@ -192,6 +193,6 @@ def test_drain_plan_with_any_optional_field_missing(doc):
     pods_that_count(pods)
     book = EvictionBook(phase_ends(T0, T0 + 100, Budget(70, 10, 50, 10)), T0, "report")
     book.observe(pods, pdbs)
-    actions, _ = book.next_actions(T0 + 20, Inputs(), 8)
+    actions, _ = book.next_actions(at(T0 + 20), Inputs(), 8)
     ujson.dumps([a.key for a in actions])
     book.remaining()

@@ -145,6 +145,6 @@ def test_executor_resumes_from_any_progress_file(executor, doc):
     drains.contract_heard = True
     drains.active = {"n1": notice("n1")}
     drains.withdrawn = frozenset({"n2"})
-    drains.turn(T0 + 5)
+    drains.turn(T0 + 5, 5.0)
     executor.publish()
     ujson.dumps(encode_progress(drains.records))

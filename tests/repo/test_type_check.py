@@ -64,3 +64,21 @@ def test_every_module_is_strict():
     assert MYPY.get("strict") is True
     for override in MYPY.get("overrides", []):
         assert set(override) <= HARMLESS_OVERRIDES, f"{override['module']} loosens the check: {override}"
+
+
+def test_the_two_clocks_cannot_be_mixed(tmp_path):
+    """common.clock's WallTime and MonoTime are distinct to mypy: a wall-clock reading where an
+    interval's monotonic one goes (and back) is a type error at the call site (issue 26, point 8)."""
+    mixed = tmp_path / "mixed.py"
+    mixed.write_text(
+        "from common.clock import Moment, mono, wall\n"
+        "from executor.drain import Drains\n"
+        "from executor.kube.eviction_book import Answer, PodState, transition\n\n\n"
+        "def f(d: Drains) -> None:\n"
+        "    transition(PodState(), Answer('blocked'), wall())\n"
+        "    d.turn(mono(), wall())\n"
+        "    Moment(mono(), wall())\n")
+    out = _mypy("--config-file", str(REPO / "pyproject.toml"), str(mixed))
+    assert out.returncode == 1
+    assert out.stdout.count("[arg-type]") == 5, out.stdout
+    assert 'incompatible type "WallTime"; expected "MonoTime"' in out.stdout

@@ -136,32 +136,43 @@ def test_a_wrong_report_is_unverified_with_what_the_read_found():
     """The executor says empty; the API server lists a pod: never done, and the reason says why."""
     seen = Observation(31.0, True, ("ns/still-here",))
     assert judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff - 0.1, seen=seen) is None   # until the cutoff to agree
-    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen)
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen, waited_s=CLOCK.cutoff - 30.0)
     assert v.outcome == "unverified" and v.left == ("ns/still-here",)
     assert "empty" in v.reason and "ns/still-here" in v.reason
 
 
 def test_unreadable_scheduler_is_unverified_never_done():
     seen = Observation(31.0, False, None, "GET /api/v1/pods: timeout")
-    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=seen) is None
-    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen)
+    assert judge(CLOCK, EMPTY_AT_30, 30.0, now=30.0 + VERIFY_WAIT_S, seen=seen, waited_s=VERIFY_WAIT_S) is None
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=seen, waited_s=CLOCK.cutoff - 30.0)
     assert v.outcome == "unverified" and "cannot read" in v.reason and "timeout" in v.reason
-    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=None)
+    v = judge(CLOCK, EMPTY_AT_30, 30.0, now=CLOCK.cutoff, seen=None, waited_s=CLOCK.cutoff - 30.0)
     assert v.outcome == "unverified" and "no read" in v.reason
 
 
 def test_cordon_only_needs_the_read_to_see_the_cordon():
     r = rec({"cordoned": 3.0}, state="cordoned_only")
-    v = judge(CLOCK, r, 3.1, now=CLOCK.cutoff, seen=Observation(3.5, False, ("ns/a",)))
+    v = judge(CLOCK, r, 3.1, now=CLOCK.cutoff, seen=Observation(3.5, False, ("ns/a",)), waited_s=CLOCK.cutoff - 3.1)
     assert v.outcome == "unverified" and "not cordoned" in v.reason
 
 
 def test_a_report_just_before_the_cutoff_still_gets_verify_wait_s_to_agree():
     late = rec({"cordoned": 2.0, "node_empty": CLOCK.cutoff - 1}, [], state="done")
     seen = Observation(CLOCK.cutoff - 2, True, ("ns/a",))
-    assert judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + 1, seen=seen) is None
-    v = judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + VERIFY_WAIT_S, seen=seen)
+    assert judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + 1, seen=seen, waited_s=2.0) is None
+    v = judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + VERIFY_WAIT_S, seen=seen, waited_s=VERIFY_WAIT_S)
     assert v.outcome == "unverified"
+
+
+def test_the_verify_wait_is_an_interval_a_wall_clock_stepped_ahead_does_not_end():
+    """A wall clock stepped 60 s ahead just after the report (the cutoff passed with it): the read
+    still gets VERIFY_WAIT_S, counted on the monotonic clock, before the verdict is unverified."""
+    late = rec({"cordoned": 2.0, "node_empty": CLOCK.cutoff - 1}, [], state="done")
+    seen = Observation(CLOCK.cutoff - 2, True, ("ns/a",))    # a read from before the report
+    assert judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + 60, seen=seen, waited_s=0.5) is None
+    agrees = Observation(CLOCK.cutoff + 60.5, True, ())
+    v = judge(CLOCK, late, CLOCK.cutoff - 1, now=CLOCK.cutoff + 61, seen=agrees, waited_s=1.5)
+    assert v.outcome == "done"
 
 
 def test_dry_run_and_ignored_get_verdicts_of_their_own():

@@ -10,8 +10,8 @@ the de-duplication, so a new provider is one new module registered in ``SOURCES`
 
 The three optional hooks have no-op defaults in ``BaseSource``:
 ``resume`` (after a watcher restart, the notices this source gave before),
-``drained`` (the drain of these notices finished: Azure acknowledges) and
-``close``. A source is driven from one thread at a time; a source that wants
+``drained`` (the drain of these notices finished: Azure acknowledges; it returns the
+acknowledgements it withheld, and why, for the watcher to say) and ``close``. A source is driven from one thread at a time; a source that wants
 to be heard sooner than the next poll (GCP's long-poll) calls ``wake``.
 """
 from __future__ import annotations
@@ -45,6 +45,16 @@ class MetadataError(Exception):
         self.detail = detail[:300]
 
 
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """An acknowledgement a source did not send, and why (``reason``: a bounded label)."""
+
+    notice_id: str
+    reason: str
+    detail: str
+    others: tuple[str, ...] = ()   # the other machines the acknowledgement would have released
+
+
 @dataclass(slots=True)
 class PollResult:
     notices: list[Notice] = field(default_factory=list)
@@ -59,7 +69,7 @@ class MetadataSource(Protocol):
 
     def resume(self, active: Iterable[Notice]) -> None: ...
 
-    def drained(self, notice_ids: list[str], now: float) -> None: ...
+    def drained(self, notice_ids: list[str], now: float) -> list[Withheld]: ...
 
     def close(self) -> None: ...
 
@@ -79,8 +89,10 @@ class BaseSource:
     def resume(self, active: Iterable[Notice]) -> None:
         """The notices this watcher announced before it restarted (ids as this source gave them)."""
 
-    def drained(self, notice_ids: list[str], now: float) -> None:
-        """The drain of the notices named by ``notice_ids`` finished."""
+    def drained(self, notice_ids: list[str], now: float) -> list[Withheld]:
+        """The drain of the notices named by ``notice_ids`` finished; the acknowledgements
+        withheld (none by default)."""
+        return []
 
     def close(self) -> None:
         self.http.close()

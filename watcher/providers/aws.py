@@ -32,7 +32,8 @@ and a 401 drops it. IMDSv1 (no token) only when configured: it is an SSRF risk.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ujson
@@ -128,7 +129,10 @@ class Source(BaseSource):
         self.ttl = config.metadata.imds_token_ttl_s
         self.allow_v1 = config.metadata.allow_imdsv1
         self.token = ""
-        self.token_expires = 0.0
+        # The token's TTL is an interval: timed on the monotonic clock (common.clock), not on the
+        # poll's wall-clock ``now``, so a wall clock stepped back never keeps an expired token.
+        self.mono: Callable[[], float] = time.monotonic
+        self.token_expires = float("-inf")
         self.spot: Notice | None = None                 # the latched interruption notice
         self.maintenance: set[str] = set()              # ids of active maintenance notices
 
@@ -203,8 +207,9 @@ class Source(BaseSource):
             raise MetadataError(http_reason(resp.status), f"GET {path}")
         raise MetadataError("http_401", f"GET {path}: token refused twice")
 
-    def _token(self, now: float) -> str:
-        if self.token and now < self.token_expires:
+    def _token(self, now: float) -> str:   # now: the poll's wall clock, unused for the TTL
+        mono = self.mono()
+        if self.token and mono < self.token_expires:
             return self.token
         try:
             resp = self.http.request("PUT", TOKEN_PATH, headers={TTL_HEADER: str(self.ttl)}, max_body=4096)
@@ -222,7 +227,7 @@ class Source(BaseSource):
                                 "token request refused")
         granted = _granted_ttl(resp.headers.get(TTL_HEADER.lower(), ""), self.ttl)
         self.token = token
-        self.token_expires = now + granted - min(TOKEN_RENEW_MARGIN_S, granted / 4)
+        self.token_expires = mono + granted - min(TOKEN_RENEW_MARGIN_S, granted / 4)
         return self.token
 
 

@@ -22,7 +22,14 @@ VM is going).
 
 When our drain is done, the event is acknowledged (``POST {"StartRequests":
 [{"EventId": ...}]}``) so the platform may proceed early -- once per event,
-and only while it is still Scheduled.
+only while it is still Scheduled, and only when its ``Resources`` is this VM
+alone. The same page: "Acknowledging an event allows the event to proceed for
+all Resources in the event, not just the VM that acknowledges the event." An
+event shared with other VMs is never acknowledged by this agent (the others may
+still be draining); ``drained`` returns it as ``Withheld`` (reason
+``shared_event``, the other VMs named) and the watcher says so
+(``notice.ack_withheld``), once per event. The platform then proceeds at
+``NotBefore``, as if no VM had acknowledged.
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ from common.config import Config
 from common.http import HttpClient
 from common.notice import Notice, notice_time
 from common.timefmt import parse_gmt
-from watcher.providers import BaseSource, MetadataError, PollResult, Wake
+from watcher.providers import BaseSource, MetadataError, PollResult, Wake, Withheld
 
 API_VERSION = "2020-07-01"
 EVENTS_PATH = f"/metadata/scheduledevents?api-version={API_VERSION}"
@@ -46,6 +53,7 @@ KINDS = {"Preempt": "reclaim", "Terminate": "reclaim",
          "Reboot": "maintenance", "Redeploy": "maintenance", "Freeze": "pause"}
 MAX_EVENTS = 100
 MAX_RESOURCES = 1000
+NAMED_OTHERS = 10   # of a shared event's other VMs, this many are named in the event
 # Event ids are GUIDs; anything else in an id we build a notice id from is refused.
 _EVENT_ID = re.compile(r"^[A-Za-z0-9\-]{1,64}$")
 
@@ -130,7 +138,9 @@ class Source(BaseSource):
         self.vm_name = ""
         self.held: dict[str, Notice] = {}      # event id -> our notice
         self.status: dict[str, str] = {}       # event id -> last status seen
+        self.resources: dict[str, tuple[str, ...]] = {}   # event id -> its Resources, last seen
         self.acked: set[str] = set()
+        self.withheld: set[str] = set()        # shared events whose acknowledgement was withheld
 
     def resume(self, active: Iterable[Notice]) -> None:
         for n in self.own(active):
@@ -152,6 +162,7 @@ class Source(BaseSource):
             notice = self.held.get(event.event_id) or event_notice(event, self.node, now)
             self.held[event.event_id] = notice
             self.status[event.event_id] = event.status
+            self.resources[event.event_id] = event.resources
             result.notices.append(notice)
         # With an event refused this round we cannot tell "gone" from "unreadable": wait.
         gone = [] if refused else [i for i in self.held if i not in present]
@@ -161,14 +172,39 @@ class Source(BaseSource):
             if not started or notice.kind != "reclaim":
                 result.withdrawn.append(notice.id)
             self.acked.discard(event_id)
+            self.withheld.discard(event_id)
+            self.resources.pop(event_id, None)
         return result
 
-    def drained(self, notice_ids: list[str], now: float) -> None:
-        """Acknowledge our Scheduled events among ``notice_ids``, each once."""
+    def drained(self, notice_ids: list[str], now: float) -> list[Withheld]:
+        """Acknowledge our Scheduled events among ``notice_ids``, each once, if this VM is all
+        their ``Resources``; the shared ones are returned as withheld (each once). Raises
+        MetadataError if the acknowledgement failed, or if an event's Resources are not known
+        yet (a poll failed since a restart): the drains are then reported again next round."""
         due = [i.removeprefix("azure-") for i in notice_ids if i.startswith("azure-")]
         due = [i for i in due if self.status.get(i) == "Scheduled" and i not in self.acked]
-        if not due:
-            return
-        body = ujson.dumps({"StartRequests": [{"EventId": i} for i in due]}).encode()
-        self.fetch("POST", EVENTS_PATH, headers={**HEADERS, "Content-Type": "application/json"}, body=body)
-        self.acked.update(due)
+        unknown = [i for i in due if i not in self.resources]
+        if unknown:
+            raise MetadataError("unknown_resources", f"scheduledevents: {unknown[0]} not read since start")
+        withheld: list[Withheld] = []
+        alone: list[str] = []
+        for event_id in due:
+            others = self._others(self.resources[event_id])
+            if not others:
+                alone.append(event_id)
+            elif event_id not in self.withheld:
+                self.withheld.add(event_id)
+                withheld.append(Withheld(
+                    notice_id(event_id), "shared_event",
+                    f"acknowledging event {event_id} would let it proceed for all {len(others) + 1} VMs "
+                    "in its Resources, not just this one (Azure Scheduled Events)", tuple(others[:NAMED_OTHERS])))
+        if alone:
+            body = ujson.dumps({"StartRequests": [{"EventId": i} for i in alone]}).encode()
+            self.fetch("POST", EVENTS_PATH, headers={**HEADERS, "Content-Type": "application/json"}, body=body)
+            self.acked.update(alone)
+        return withheld
+
+    def _others(self, resources: tuple[str, ...]) -> list[str]:
+        """The VMs other than this one an event names (this VM: its compute name or node name)."""
+        me = {self.vm_name, self.node} - {""}
+        return sorted({r[:256] for r in resources} - me)

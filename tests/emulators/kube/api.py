@@ -296,6 +296,9 @@ class Api:
         return self._ok(r, self._store.delete(r.rt, r.namespace or "", r.name or "", options, dry_run=dry_run))
 
     def _evict(self, req: Request, r: Route) -> Reply:
+        # The Eviction bodies the handler takes: every served policy version (upstream's
+        # EvictionREST.AcceptsGroupVersion takes policy/v1 and policy/v1beta1 while discovery lists
+        # policy/v1); another version's body is refused (400), never treated as a delete.
         served = {f"policy/{v}" for v in self._options().policy_versions}
         if not served:
             raise path_not_found()  # a server without the eviction subresource

@@ -5,7 +5,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-POLICY_VERSIONS = ("v1", "v1beta1")
+# "v2" is no real version: it stands for a future server whose discovery lists an Eviction
+# version a client does not know yet (executor/kube/discovery.py), served like the others.
+POLICY_VERSIONS = ("v2", "v1", "v1beta1")
 
 
 @dataclass(frozen=True)
@@ -13,7 +15,8 @@ class Options:
     """How the emulated cluster behaves.
 
     ``policy_versions`` are the policy/* versions served, preferred first: ("v1",) is a modern
-    server; ("v1beta1",) a 1.20 one (Eviction and PDB only as v1beta1).
+    server; ("v1beta1",) a 1.20 one (Eviction and PDB only as v1beta1); ("v2", "v1") a future
+    one listing Eviction as policy/v2 and still taking policy/v1 bodies, ("v2",) one that does not.
     """
 
     policy_versions: tuple[str, ...] = ("v1",)  # () : no PDBs and no eviction (kubectl then DELETEs)

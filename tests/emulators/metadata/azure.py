@@ -11,6 +11,12 @@
   each named Scheduled event goes Started; a malformed body -> 400. Every
   acknowledgement is recorded for tests (an unknown EventId is recorded too,
   and answered 200: the event may just have ended).
+- An event's status is the event's, not one VM's: "Acknowledging an event allows
+  the event to proceed for all Resources in the event, not just the VM that
+  acknowledges the event" (Microsoft's Scheduled Events page). So one VM's
+  acknowledgement starts the event for every VM it names; each ack records
+  those VMs (``released``: VM name -> the event ids it released them for), and
+  ``azure/released`` lists every VM released so far and by which ack.
 - ``/metadata/instance/compute/name?api-version=...&format=text`` is the VM name.
 """
 from __future__ import annotations
@@ -47,6 +53,7 @@ class AzureState:
     events: list[dict[str, Any]] = field(default_factory=list)  # NotBefore kept as epoch
     acks: list[dict[str, Any]] = field(default_factory=list)
     rejected_acks: int = 0
+    released: dict[str, list[str]] = field(default_factory=dict)   # VM name -> event ids started for it
 
 
 def handle(state: AzureState, request: Request, now: float) -> Response:
@@ -84,11 +91,15 @@ def _start_requests(state: AzureState, body: bytes, now: float) -> Response:
         return _error(400, "Bad request. Could not parse StartRequests")
     known = {event["EventId"]: event for event in state.events}
     started = [i for i in ids if i in known and known[i]["EventStatus"] == "Scheduled"]
+    released: dict[str, list[str]] = {}
     for event_id in started:
         known[event_id]["EventStatus"] = "Started"
+        for vm in known[event_id]["Resources"]:   # every VM the event names, not only the caller
+            released.setdefault(vm, []).append(event_id)
+            state.released.setdefault(vm, []).append(event_id)
     if started:
         state.incarnation += 1
-    state.acks.append({"t": now, "event_ids": ids, "started": started,
+    state.acks.append({"t": now, "event_ids": ids, "started": started, "released": released,
                        "unknown": [i for i in ids if i not in known]})
     return Response(200, b"", (("Content-Type", "application/json"),))
 
@@ -176,7 +187,12 @@ def cmd_acks(state: AzureState, body: dict[str, Any], now: float) -> Any:
     return {"acks": list(state.acks), "rejected": state.rejected_acks}
 
 
-COMMANDS = {"azure/event": cmd_event, "azure/acks": cmd_acks}
+def cmd_released(state: AzureState, body: dict[str, Any], now: float) -> Any:
+    """Every VM an acknowledgement let proceed, with the event ids (whoever acknowledged)."""
+    return {"released": {vm: list(ids) for vm, ids in state.released.items()}}
+
+
+COMMANDS = {"azure/event": cmd_event, "azure/acks": cmd_acks, "azure/released": cmd_released}
 
 
 def _find(state: AzureState, event_id: str) -> dict[str, Any]:

@@ -97,8 +97,12 @@ class MetadataControl(ControlClient):
         self.call("azure/event", {"op": "remove", "event_id": event_id})
 
     def azure_acks(self) -> dict[str, Any]:
-        """``{"acks": [{"t", "event_ids", "started", "unknown"}...], "rejected": n}``."""
+        """``{"acks": [{"t", "event_ids", "started", "released", "unknown"}...], "rejected": n}``."""
         return self.call("azure/acks")
+
+    def azure_released(self) -> dict[str, list[str]]:
+        """VM name -> the event ids an acknowledgement (anyone's) let proceed for it."""
+        return dict(self.call("azure/released")["released"])
 
     # -- SCO ----------------------------------------------------------------------
 

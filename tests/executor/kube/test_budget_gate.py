@@ -7,6 +7,7 @@ from common.wire import PhaseEnds
 from executor.kube.budget_gate import CLOSED, FREE, OPEN, TAKEN_MAX_S, BudgetGate, PdbView, status_of
 from executor.kube.eviction_book import Answer, EvictionBook, Inputs
 from executor.kube.pod_view import RELIST
+from tests.support.clocks import at
 
 
 def pdb(name: str, allowed: int, *, disrupted: tuple[str, ...] = (), rv: str = "1", generation: int = 1,
@@ -155,17 +156,17 @@ def test_the_book_sends_nothing_while_closed_and_one_at_a_time_within_the_room()
     view = PdbView()
     view.reset(pdbs, "1")
     book = _book()
-    book.observe(pods, pdbs, 1.0, view.statuses())
-    actions, _ = book.next_actions(1.0, Inputs(), 8)
+    book.observe(pods, pdbs, at(1.0), view.statuses())
+    actions, _ = book.next_actions(at(1.0), Inputs(), 8)
     assert [a.key for a in actions] == ["ns/solo"]          # not under the PDB: at once
-    book.answer("u-solo", Answer("accepted"), 1.1)
-    assert book.next_actions(1.2, Inputs(), 8)[0] == []
+    book.answer("u-solo", Answer("accepted"), at(1.1))
+    assert book.next_actions(at(1.2), Inputs(), 8)[0] == []
     view.apply({"type": "MODIFIED", "object": pdb("web", 1, rv="2")})
-    book.observe(pods[:3], pdbs, 1.3, view.statuses())
-    (a,) = book.next_actions(1.3, Inputs(), 8)[0]
-    book.answer(a.uid, Answer("accepted"), 1.4)
+    book.observe(pods[:3], pdbs, at(1.3), view.statuses())
+    (a,) = book.next_actions(at(1.3), Inputs(), 8)[0]
+    book.answer(a.uid, Answer("accepted"), at(1.4))
     # Room was 1 and this drain took it: no second eviction until the status says more.
-    assert book.next_actions(1.5, Inputs(), 8)[0] == []
+    assert book.next_actions(at(1.5), Inputs(), 8)[0] == []
 
 
 def test_the_plan_is_redone_when_a_pod_or_a_pdb_spec_changes_not_when_only_a_status_does():
@@ -173,18 +174,18 @@ def test_the_plan_is_redone_when_a_pod_or_a_pdb_spec_changes_not_when_only_a_sta
     for p in pods:
         p["metadata"]["resourceVersion"] = "1"
     book = _book()
-    book.observe(pods, [pdb("web", 1)], 1.0)
+    book.observe(pods, [pdb("web", 1)], at(1.0))
     plan = book.plan
-    book.observe(pods, [pdb("web", 0, rv="7")], 1.1)          # only the status moved
+    book.observe(pods, [pdb("web", 0, rv="7")], at(1.1))          # only the status moved
     assert book.plan is plan
     moved = [dict(pods[0], metadata={**pods[0]["metadata"], "resourceVersion": "2",
                                      "deletionTimestamp": "2030-01-01T00:00:00Z"}), pods[1]]
-    book.observe(moved, [pdb("web", 0, rv="7")], 1.2)
+    book.observe(moved, [pdb("web", 0, rv="7")], at(1.2))
     assert book.plan is not plan and book.plan.targets["u-a"].terminating
     # A PDB whose spec changed (new generation) selecting "db" too: matched again, not from memory.
     wider = pdb("web", 0, rv="8", generation=2, observed=2)
     wider["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
-    book.observe(moved, [wider], 1.3)
+    book.observe(moved, [wider], at(1.3))
     assert book.plan.targets["u-b"].pdbs == ("ns/web",)
 
 

@@ -126,9 +126,13 @@ def test_dry_run_steps_list_each_pod_in_order_with_its_grace_and_phase():
 def test_the_next_turn_is_an_idle_second_away_or_the_next_phase_end_before_it():
     from common.wire import PhaseEnds
     from executor.kube.drain_plan import next_turn
+    from tests.support.clocks import at
     ends = PhaseEnds(checkpoint_by=10.0, evict_at=20.0, cutoff=25.0)
-    assert next_turn(0.0, 1.0, ends, 60.0) == 1.0
-    assert next_turn(9.5, 1.0, ends, 60.0) == 10.0
-    assert next_turn(24.8, 1.0, ends, 60.0) == 25.0
-    assert next_turn(59.9, 1.0, ends, 60.0) == 60.0
-    assert next_turn(70.0, 1.0, ends, 60.0) == 71.0
+    assert next_turn(at(0.0), 1.0, ends, 60.0) == 1.0
+    assert next_turn(at(9.5), 1.0, ends, 60.0) == 10.0
+    assert next_turn(at(24.8), 1.0, ends, 60.0) == 25.0
+    assert next_turn(at(59.9), 1.0, ends, 60.0) == 60.0
+    assert next_turn(at(70.0), 1.0, ends, 60.0) == 71.0
+    # The answer is on the monotonic clock: the wall clock 60 s behind it changes nothing but which
+    # phase end is next.
+    assert next_turn(at(9.5, 500.0), 1.0, ends, 60.0) == 500.5

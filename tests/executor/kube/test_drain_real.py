@@ -16,6 +16,7 @@ import pytest
 
 from common.http import TlsFiles
 from executor.kube.api import KubeApi, KubeError, NotOwnNode
+from executor.kube.discovery import choose, listed_eviction, needs_group
 from executor.kube.node_patch import EXCLUDE_LB_LABEL
 from tests.executor.kube.harness import TAINT_KEY, Drain, make_spec
 from tests.rigs.kube_real_fixture import agent_cluster, sa_token
@@ -183,3 +184,14 @@ def test_acting_on_another_node_is_refused_by_the_agent_and_by_the_server(kube, 
     pod = admin.must("GET", f"/api/v1/namespaces/{ns}/pods/theirs")
     assert "deletionTimestamp" not in pod["metadata"]
     assert not admin.must("GET", "/api/v1/nodes/node-b")["spec"].get("unschedulable")
+
+
+def test_the_real_servers_discovery_names_the_eviction_version_the_agent_sends(kube, admin):
+    """What executor/kube/discovery.py reads, as kube-apiserver 1.20.2 lists it: pods/eviction in
+    /api/v1 as policy/v1beta1 (1.22+ list policy/v1), and the policy group serving v1beta1 only."""
+    listed = listed_eviction(admin.must("GET", "/api/v1"))
+    assert listed == "policy/v1beta1" and not needs_group(listed)
+    group = admin.must("GET", "/apis/policy")
+    assert [v["version"] for v in group["versions"]] == ["v1beta1"]
+    assert choose(listed, group).version == "v1beta1"
+    assert node_api(kube, "node-a").eviction_support().version == "v1beta1"

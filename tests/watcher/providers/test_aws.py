@@ -141,12 +141,16 @@ def test_token_is_reused_then_renewed_before_the_granted_ttl(emu):
     """AWS may grant less than asked: renewal follows the granted TTL, before it runs out."""
     emu.aws_max_ttl(20)
     src = source(emu)
+    mono = [1000.0]
+    src.mono = lambda: mono[0]     # the TTL is timed on the monotonic clock
     t0 = emu.now()
     src.poll(t0)
-    src.poll(t0 + 5)
+    mono[0] += 5
+    src.poll(t0 - 60)              # the wall clock stepped back: the token is still the same one
     assert token_requests(emu) == 1
     emu.advance_clock(16)          # 4 s before the granted TTL ends on the emulator's clock
-    src.poll(t0 + 16)
+    mono[0] += 11
+    src.poll(t0 - 60 + 11)
     assert token_requests(emu) == 2
     assert not [r for r in emu.requests("/latest/meta-data") if r["status"] == 401]
 

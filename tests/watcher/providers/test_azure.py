@@ -5,6 +5,7 @@ import pytest
 import ujson
 
 from common.timefmt import parse_gmt
+from tests.emulators.metadata.probe import azure_events
 from tests.watcher.conftest import make_config
 from watcher.providers import MetadataError
 from watcher.providers.azure import Source, event_notice, parse_events
@@ -117,3 +118,55 @@ def test_vm_name_comes_from_compute_metadata(emu):
     emu.azure_add("Preempt")
     assert src.poll(emu.now()).notices and src.vm_name == "vm-emu-0"
     assert all(r["headers"].get("metadata") == "true" for r in emu.requests("/metadata"))
+
+
+def test_a_shared_event_is_never_acknowledged_and_the_withholding_is_said_once(emu):
+    """An event naming this VM and others: acknowledging it would start it for the others too
+    (Azure: "... for all Resources in the event, not just the VM that acknowledges the event"),
+    so nothing is POSTed and no VM is released; ``drained`` says why, once per event."""
+    src = source(emu)
+    shared = emu.azure_add("Reboot", resources=["vm-emu-0", "vm-other"])
+    n = src.poll(emu.now()).notices[0]
+    [w] = src.drained([n.id], emu.now())
+    assert (w.notice_id, w.reason, w.others) == (n.id, "shared_event", ("vm-other",))
+    assert "all 2 VMs" in w.detail
+    assert src.drained([n.id], emu.now()) == []          # said once
+    src.poll(emu.now())
+    assert src.drained([n.id], emu.now()) == []
+    assert emu.azure_acks()["acks"] == [] and emu.azure_released() == {}
+    assert [e["EventStatus"] for e in azure_events(emu.url)["Events"] if e["EventId"] == shared] == ["Scheduled"]
+
+
+def test_our_own_event_is_still_acknowledged_beside_a_shared_one(emu):
+    """A mixed round: our own Preempt (Resources: this VM alone) is acknowledged after the drain,
+    the shared Reboot is withheld; only this VM is released."""
+    src = source(emu)
+    own = emu.azure_add("Preempt", resources=["vm-emu-0"])
+    shared = emu.azure_add("Reboot", resources=["vm-emu-0", "vm-other", "vm-third"])
+    held = {n.detail: n for n in src.poll(emu.now()).notices}
+    withheld = src.drained([held["Preempt"].id, held["Reboot"].id], emu.now())
+    assert [(w.notice_id, w.others) for w in withheld] == [(held["Reboot"].id, ("vm-other", "vm-third"))]
+    assert [a["event_ids"] for a in emu.azure_acks()["acks"]] == [[own]]
+    assert emu.azure_released() == {"vm-emu-0": [own]}
+    assert shared not in emu.azure_released().get("vm-other", [])
+
+
+def test_an_event_naming_this_vm_by_both_names_is_ours_alone(emu):
+    src = source(emu, node="k8s-node-a")
+    own = emu.azure_add("Preempt", resources=["vm-emu-0", "k8s-node-a"])
+    n = src.poll(emu.now()).notices[0]
+    assert src.drained([n.id], emu.now()) == []
+    assert emu.azure_released() == {"vm-emu-0": [own], "k8s-node-a": [own]}
+
+
+def test_no_acknowledgement_before_the_events_resources_are_read(emu):
+    """After a restart the held notice is resumed, but until a poll has read its Resources the
+    acknowledgement waits (MetadataError: the drain is reported again next round)."""
+    emu.azure_add("Reboot", resources=["vm-emu-0", "vm-other"])
+    first = source(emu)
+    n = first.poll(emu.now()).notices[0]
+    again = source(emu)
+    again.resume([n])
+    with pytest.raises(MetadataError):
+        again.drained([n.id], emu.now())
+    assert emu.azure_acks()["acks"] == []
