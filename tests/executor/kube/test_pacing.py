@@ -10,6 +10,7 @@ from executor.kube.eviction_book import Answer, EvictionBook, Inputs, PodState, 
 from executor.kube.pod_view import OK, RELIST, PodView, namespaces_of
 from tests.emulators.kube.client import APF_REJECTION_BODY
 from tests.executor.kube import podspecs
+from tests.support.clocks import at
 
 PDB_429 = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests",
            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
@@ -158,12 +159,12 @@ def test_the_book_sends_no_more_than_its_concurrency_limit_allows():
     ends = phase_ends(0.0, 100.0, Budget(budget_s=70, checkpoint_s=0, evict_s=60, margin_s=10))
     book = EvictionBook(ends, 0.0, "report")
     book.observe([podspecs.pod(f"app-{i}") for i in range(12)], [])
-    first, _ = book.next_actions(1.0, Inputs(), 8)
+    first, _ = book.next_actions(at(1.0), Inputs(), 8)
     assert len(first) == 8
     for a in first[:6]:   # APF admits 2 of the 8: one cut (the 6 were sent together), to 4
-        book.answer(a.uid, Answer("throttled", retry_after=1.0, sent_at=1.0, latency_s=0.01), 1.01)
+        book.answer(a.uid, Answer("throttled", retry_after=1.0, sent_at=1.0, latency_s=0.01), at(1.01))
     for a in first[6:]:
-        book.answer(a.uid, Answer("accepted", sent_at=1.0, latency_s=0.05), 1.05)
+        book.answer(a.uid, Answer("accepted", sent_at=1.0, latency_s=0.05), at(1.05))
     assert book.limit.slots() == 4
-    again, _ = book.next_actions(5.0, Inputs(), 8)   # past the Retry-After
+    again, _ = book.next_actions(at(5.0), Inputs(), 8)   # past the Retry-After
     assert len(again) == 4
