@@ -125,6 +125,13 @@ class Rejections:
         self.recorder.record(f"{self.what}.rejected", reason,
                              {"socket": where, "reason": reason, "detail": detail[:300]}, n)
 
+    def count_disconnects(self, disconnects: ipc.Disconnects) -> None:
+        """Count the connections our receiving sockets dropped (``peer_disconnected``, per socket); they
+        are connected again (``ipc.Disconnects``)."""
+        for name, n in disconnects.take().items():
+            self.count(name, "peer_disconnected", "a connection to this receiving socket was dropped (its peer "
+                       f"exited, or sent a message over {ipc.MAX_MESSAGE} bytes); connected again", n)
+
     def tick(self, force: bool = False) -> None:
         """Report every reason counted since its last report whose window has passed (all: ``force``)."""
         self.recorder.tick(force)
@@ -156,7 +163,7 @@ class SpoolLink:
         now = time.time()
         for ev in self.journal.replayed:
             self.outbox.restore(ev, now)
-            ipc.send(self.sock, ipc.T_EVENT, ev)
+            self._send(ev)
         if self.journal.replayed:
             log.info("outbox.replayed", events=len(self.journal.replayed), path=self.journal.path)
         self.journal.replayed = []
@@ -169,10 +176,20 @@ class SpoolLink:
             self.unjournaled += 1
         self.journal.bound(self.outbox.pending)
         self.log_emitted(ev)
-        ipc.send(self.sock, ipc.T_EVENT, ev)
+        self._send(ev)
         if self.journal.errors:
             self._report_journal()
         return ev
+
+    def _send(self, ev: dict[str, Any]) -> bool:
+        """Send one event; False only while the spool's queue is full (resent later)."""
+        return ipc.send(self.sock, ipc.T_EVENT, ev, lambda e: self.refused(ev, e)) or ev["event_id"] not in self.outbox.pending
+
+    def refused(self, ev: dict[str, Any], e: ipc.TooLarge) -> None:
+        """An event larger than the spool accepts can never be delivered: counted, reported, and let go
+        (resending it would only be refused again)."""
+        self.acked([ev["event_id"]])
+        self.rejections.add(ipc.SPOOL_INTAKE, e)
 
     def log_emitted(self, ev: dict[str, Any]) -> None:
         """The id on stderr, once the event is durable: what a process emitted can be counted from its
@@ -221,7 +238,7 @@ class SpoolLink:
     def tick(self, now: float | None = None) -> None:
         self.rejections.tick()
         for ev in self.outbox.due(time.time() if now is None else now):
-            if not ipc.send(self.sock, ipc.T_EVENT, ev):
+            if not self._send(ev):
                 break
 
     def close(self) -> None:

@@ -50,6 +50,7 @@ class Verifier:
         self.notices_sub = ipc.subscriber(ctx, rd, ipc.WATCHER_PUB, ipc.T_NOTICE, ipc.T_CONTRACT)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.VERIFIER_PUB)
+        self.disconnects = ipc.Disconnects(rd, {ipc.WATCHER_PUB: self.notices_sub, ipc.EXECUTOR_PUB: self.progress_sub})
         self.spool = SpoolLink(ctx, config, "verifier", log)
         os.makedirs(config.paths.state_dir, exist_ok=True)
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
@@ -138,7 +139,10 @@ class Verifier:
             self.rejections.add(ipc.WATCHER_PUB, e)
         if len(state.active) != len(self.active):
             self.metrics_dirty = True
-        self.active, self.withdrawn, self.arrivals = state.active, state.withdrawn, state.arrivals
+        # The message names only the newest withdrawn ids: a clock whose notice is not active was
+        # withdrawn too, however long ago (wire.NoticeState.gone).
+        self.active, self.arrivals = state.active, state.arrivals
+        self.withdrawn = state.gone(self.state["clocks"])
         if core.count_rejections(self.state, state.started_at, state.counters):
             self._save()
             self.metrics_dirty = True
@@ -182,12 +186,17 @@ class Verifier:
             self.metrics_dirty = True
         for ev in events:
             self.spool.log_emitted(ev)
-            ipc.send(self.spool.sock, ipc.T_EVENT, ev)
+            ipc.send(self.spool.sock, ipc.T_EVENT, ev, self.refused)
         if emits:
             self.publish()
 
     def publish(self) -> None:
-        ipc.send(self.pub, ipc.T_ESCALATE, wire.encode_escalations(core.escalations(self.state, self.active)))
+        ipc.send(self.pub, ipc.T_ESCALATE, wire.encode_escalations(core.escalations(self.state, self.active)),
+                 self.refused)
+
+    def refused(self, e: ipc.TooLarge) -> None:
+        """A message over what its receivers accept was not sent: counted and reported."""
+        self.rejections.add(ipc.VERIFIER_PUB if e.topic == ipc.T_ESCALATE else ipc.SPOOL_INTAKE, e)
 
     def write_metrics(self) -> None:
         if not self.metrics_path or not self.metrics_dirty:
@@ -223,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     loop.on(v.notices_sub, lambda: v.on_readable(v.notices_sub))
     loop.on(v.progress_sub, lambda: v.on_readable(v.progress_sub))
     loop.on(v.spool.sock, v.on_acks)
+    for mon in v.disconnects.fds():
+        loop.on(mon, lambda: v.rejections.count_disconnects(v.disconnects))
     # Idle, a turn a second; four while a notice is active, so a deadline is judged on time.
     loop.run(stop, lambda ready: v.turn(time.time()), lambda: 250 if v.active else 1000)
     if v.observer is not None:

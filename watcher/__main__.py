@@ -67,6 +67,7 @@ class Watcher:
         self.book, booted_in = self._load_book()
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.WATCHER_PUB)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
+        self.disconnects = ipc.Disconnects(rd, {ipc.EXECUTOR_PUB: self.progress_sub})
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
@@ -290,12 +291,18 @@ class Watcher:
             self.count("state.write_failed")
 
     def announce(self) -> None:
-        ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract))
-        snap = self.book.snapshot()
-        state = wire.NoticeState(active=self.book.active, withdrawn=frozenset(snap["withdrawn"]),
-                                 arrivals=snap["arrivals"], counters=self.published_counters(),
-                                 started_at=self.started_at, gen=snap["gen"])
-        ipc.send(self.pub, ipc.T_NOTICE, state.encode())
+        ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract), self.refused)
+        # Withdrawn ids: only the newest (bounded, common.wire.recent); receivers take any notice they
+        # know of that is not active for withdrawn (wire.NoticeState.gone).
+        state = wire.NoticeState(active=self.book.active, withdrawn=self.book.recent_withdrawn(),
+                                 arrivals=self.book.arrivals, counters=self.published_counters(),
+                                 started_at=self.started_at, gen=self.book.gen)
+        ipc.send(self.pub, ipc.T_NOTICE, state.encode(), self.refused)
+
+    def refused(self, e: ipc.TooLarge) -> None:
+        """A message over what its receivers accept was not sent: counted (ipc.rejected.send_too_large,
+        published with the other counters) and reported."""
+        self.rejections.add(ipc.WATCHER_PUB, e)
 
     def published_counters(self) -> dict[str, int]:
         """The watcher's counters and the contract keeper's rejections (``contract.rejected.<reason>``)."""
@@ -311,6 +318,7 @@ class Watcher:
         self.spool.tick()
         self.rejections.tick()
         self.reports.tick()
+        self.rejections.count_disconnects(self.disconnects)   # published with the counters
         self.on_progress_readable()
         self.on_injected()
         self.book.forget_old(time.time())

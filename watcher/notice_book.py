@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from common import wire
 from common.notice import Notice, notice_from_dict
 
 # Two channels report the same reclaim with deadlines that differ by rounding
@@ -25,7 +26,12 @@ SAME_DEADLINE_TOLERANCE_S = 2.0
 WITHDRAWN_MEMORY_S = 24 * 3600.0
 # Bounds on what a flood of (valid) notices can make us hold. A node sees a
 # handful of notices in its life; these are far above that and far below harm.
-MAX_ACTIVE = 256
+# Active notices are announced every second, so they are bounded by count and by
+# what they take in the notice message (common.wire.ACTIVE_BUDGET): past either, a
+# new notice is refused (counted, ``too_many_active`` / ``active_too_large``).
+# Withdrawn ids are remembered (and persisted) here; the message carries only the
+# newest of them (``recent_withdrawn``).
+MAX_ACTIVE = 64
 MAX_WITHDRAWN = 4096
 
 
@@ -55,6 +61,7 @@ class NoticeBook:
     arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # active id -> channel -> t
     gen: int = 0
     dirty: bool = False
+    active_bytes: int = 0                                            # the active notices' wire.notice_cost
 
     def observe(self, notice: Notice, now: float) -> Outcome:
         if not notice.is_for(self.node):
@@ -70,6 +77,10 @@ class NoticeBook:
         if len(self.active) >= MAX_ACTIVE:
             return Outcome("ignored", notice, reason="too_many_active")
         first = replace(notice, received_at=received)
+        cost = wire.notice_cost(first)
+        if self.active_bytes + cost > wire.ACTIVE_BUDGET:
+            return Outcome("ignored", notice, reason="active_too_large")
+        self.active_bytes += cost
         self.active[first.id] = first
         self.arrivals[first.id] = {first.channel: received}
         self.gen += 1
@@ -108,6 +119,7 @@ class NoticeBook:
 
     def _withdraw(self, held_id: str, now: float) -> Outcome:
         held = self.active.pop(held_id)
+        self.active_bytes -= wire.notice_cost(held)
         self.arrivals.pop(held_id, None)
         self._remember_withdrawn(held_id, now)
         for alias in [a for a, target in self.aliases.items() if target == held_id]:
@@ -121,6 +133,10 @@ class NoticeBook:
         self.withdrawn[notice_id] = now
         while len(self.withdrawn) > MAX_WITHDRAWN:
             del self.withdrawn[next(iter(self.withdrawn))]   # oldest first (insertion order)
+
+    def recent_withdrawn(self) -> frozenset[str]:
+        """The newest withdrawn ids, as many as the notice message carries (common.wire.recent)."""
+        return wire.recent(reversed(self.withdrawn))
 
     def resolve(self, notice_id: str) -> str:
         """The active id ``notice_id`` names: itself, or the notice it is an alias of."""
@@ -187,6 +203,7 @@ class NoticeBook:
             n = notice_from_dict(d)
             if n.is_for(node):
                 book.active[n.id] = n
+                book.active_bytes += wire.notice_cost(n)
                 raw = arrivals.get(n.id) or {n.channel: n.received_at}
                 book.arrivals[n.id] = {str(c): float(t) for c, t in dict(raw).items()}
         for nid, when in dict(doc.get("withdrawn", {})).items():
