@@ -100,6 +100,9 @@ class NoticeState:
     leaves the active set only when it is withdrawn, so a receiver treats every notice it knows of
     (a drain record, a clock) that is not active as withdrawn too (``gone``) -- a receiver restarted
     after a flood of cancels has pushed an id out of the recent part still undoes that notice's drain.
+    Only a notice first heard since ``book_since`` (when the watcher's notice book began: a watcher
+    that lost notice.json starts a new one) -- the book has seen whatever became of it; one heard
+    before is kept as it is, for the new book may learn it again from a channel.
     """
 
     active: dict[str, Notice]
@@ -109,10 +112,13 @@ class NoticeState:
     started_at: float = 0.0                                               # tells the watcher's starts apart
     gen: int = 0
     refused: tuple[ValueError, ...] = ()                                  # active records refused one by one
+    book_since: float = 0.0                                               # when the watcher's book began
 
-    def gone(self, known: Iterable[str]) -> frozenset[str]:
-        """The withdrawn ids, and every id of ``known`` that is not active."""
-        return self.withdrawn | frozenset(i for i in known if i not in self.active)
+    def gone(self, known: Mapping[str, float]) -> frozenset[str]:
+        """The withdrawn ids, and every id of ``known`` (id -> when the notice was first heard) that
+        is not active and was first heard since the book began."""
+        return self.withdrawn | frozenset(i for i, heard in known.items()
+                                          if i not in self.active and heard >= self.book_since)
 
     def encode(self) -> dict[str, Any]:
         """The ``notice`` message. The active notices are the watcher's to bound (its notice book
@@ -130,7 +136,7 @@ class NoticeState:
         return {"gen": self.gen, "active": [n.to_dict() for n in self.active.values()],
                 "withdrawn": withdrawn,
                 "arrivals": {nid: self.arrivals[nid] for nid in self.active if nid in self.arrivals},
-                "counters": counters, "started_at": self.started_at}
+                "counters": counters, "started_at": self.started_at, "book_since": self.book_since}
 
 
 def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
@@ -151,12 +157,14 @@ def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
     counters = body.get("counters")
     started_at = body.get("started_at")
     gen = body.get("gen")
+    since = body.get("book_since")
     return NoticeState(
         active=active, withdrawn=frozenset(str(i) for i in withdrawn), arrivals=_arrivals(body.get("arrivals")),
         counters={k: v for k, v in counters.items() if isinstance(k, str) and isinstance(v, int)
                   and not isinstance(v, bool)} if isinstance(counters, dict) else {},
         started_at=float(started_at) if _number(started_at) else 0.0,
-        gen=gen if isinstance(gen, int) and not isinstance(gen, bool) else 0, refused=tuple(refused))
+        gen=gen if isinstance(gen, int) and not isinstance(gen, bool) else 0, refused=tuple(refused),
+        book_since=float(since) if _number(since) else 0.0)
 
 
 def _arrivals(raw: object) -> dict[str, dict[str, float]]:

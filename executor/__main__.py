@@ -81,7 +81,7 @@ class Executor:
                     # The message names only the newest withdrawn ids: a drain whose notice is not
                     # active was withdrawn too, however long ago (wire.NoticeState.gone).
                     self.drains.active = state.active
-                    self.drains.withdrawn = state.gone(self.drains.records)
+                    self.drains.withdrawn = state.gone({nid: r.received_at for nid, r in self.drains.records.items()})
                 elif topic == ipc.T_CONTRACT:
                     self.drains.contract = wire.decode_contract(body)
                     self.drains.contract_heard = True

@@ -142,7 +142,7 @@ class Verifier:
         # The message names only the newest withdrawn ids: a clock whose notice is not active was
         # withdrawn too, however long ago (wire.NoticeState.gone).
         self.active, self.arrivals = state.active, state.arrivals
-        self.withdrawn = state.gone(self.state["clocks"])
+        self.withdrawn = state.gone({nid: core.as_number(c.get("received_at")) for nid, c in self.state["clocks"].items()})
         if core.count_rejections(self.state, state.started_at, state.counters):
             self._save()
             self.metrics_dirty = True

@@ -79,6 +79,9 @@ class Watcher:
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
         self.drained_pending: list[str] = []
         self.changed = asyncio.Event()        # set: announce at the next turn of the tick loop
+        # The relay's notices observed but not yet persisted, announced and reported (``flush``):
+        # the book's generation before them, and each outcome with its time.
+        self.burst: tuple[int, list[tuple[Outcome, float]]] | None = None
         # The contract comes first: the drain budget must be known before any work lands.
         self.contracts = ContractKeeper(config, log, self.spool.emit, check)
         self.contracts.load()
@@ -96,12 +99,12 @@ class Watcher:
         # channels will re-deliver a live notice within one poll.
         doc = self.state.load()
         if doc is None:
-            return NoticeBook(node=node), self.boot_id
+            return NoticeBook(node=node, created_at=time.time()), self.boot_id
         try:
             return NoticeBook.restore(node, doc), str(doc.get("boot_id", ""))
         except (ValueError, TypeError, AttributeError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-            return NoticeBook(node=node), self.boot_id
+            return NoticeBook(node=node, created_at=time.time()), self.boot_id
 
     def retire_past(self, now: float) -> None:
         """Notices of an earlier boot whose deadline has passed are withdrawn (the executor undoes
@@ -128,7 +131,7 @@ class Watcher:
         except Rejected as e:
             self.reject(e, "relay", len(payload), now, subject=subject[:200])
             return
-        self.observe(notice.with_arrival("relay", now), now)
+        self.observe(notice.with_arrival("relay", now), now, burst=True)
 
     def on_injected(self) -> None:
         """Notices written by `sco-agentctl simulate`: the "local" channel, validated like the relay's."""
@@ -146,19 +149,47 @@ class Watcher:
         self.reports.record("notice.rejected", e.reason, {"channel": channel, "reason": e.reason,
                             "detail": e.detail[:300], "size": size, "log_only": where})
 
-    def observe(self, notice: Notice, now: float) -> Outcome:
+    def observe(self, notice: Notice, now: float, burst: bool = False) -> Outcome:
+        """Feed one notice to the book; persist, announce, report. ``burst``: the relay's -- the
+        notices the relay hands over before the event loop turns are persisted and announced once,
+        then reported in order (``flush``): a flood must not cost a save of notice.json and an
+        announcement for every notice, or the relay's pending queue overflows and drops notices."""
+        if not burst:
+            self.flush()   # the relay's before this one, in the order they came
         gen = self.book.gen
         outcome = self.book.observe(notice, now)
         self.count(f"{outcome.action}.{notice.channel}")
         if outcome.reason:
             self.count(f"ignored.reason.{outcome.reason}")
+        if burst:
+            if self.burst is None:
+                self.burst = (gen, [])
+                try:
+                    asyncio.get_running_loop().call_soon(self.flush)
+                except RuntimeError:   # no event loop (a test feeding payloads by hand): at once
+                    self.burst[1].append((outcome, now))
+                    self.flush()
+                    return outcome
+            self.burst[1].append((outcome, now))
+            return outcome
         # Persist (and announce) before the event: a watcher killed in between would otherwise learn
         # the notice again from the metadata poll and report it received a second time.
         self._after_change(gen)
         self._report(outcome, now)
         return outcome
 
+    def flush(self) -> None:
+        """The relay's notices observed since the last turn of the event loop: persisted and announced
+        (once), then reported."""
+        if self.burst is None:
+            return
+        (gen, outcomes), self.burst = self.burst, None
+        self._after_change(gen)
+        for outcome, now in outcomes:
+            self._report(outcome, now)
+
     def withdraw(self, notice_id: str, channel: str, now: float) -> None:
+        self.flush()
         gen = self.book.gen
         outcome = self.book.withdraw(notice_id, now)
         if outcome is not None:
@@ -296,7 +327,7 @@ class Watcher:
         # know of that is not active for withdrawn (wire.NoticeState.gone).
         state = wire.NoticeState(active=self.book.active, withdrawn=self.book.recent_withdrawn(),
                                  arrivals=self.book.arrivals, counters=self.published_counters(),
-                                 started_at=self.started_at, gen=self.book.gen)
+                                 started_at=self.started_at, gen=self.book.gen, book_since=self.book.created_at)
         ipc.send(self.pub, ipc.T_NOTICE, state.encode(), self.refused)
 
     def refused(self, e: ipc.TooLarge) -> None:
@@ -314,6 +345,7 @@ class Watcher:
     def tick(self) -> None:
         """One turn of housekeeping: spool acks and resends, executor progress, injected notices,
         the re-announce."""
+        self.flush()
         self.spool.on_readable()
         self.spool.tick()
         self.rejections.tick()

@@ -62,6 +62,9 @@ class NoticeBook:
     gen: int = 0
     dirty: bool = False
     active_bytes: int = 0                                            # the active notices' wire.notice_cost
+    # When this book began (0: before anyone wrote it down). Receivers take a notice first heard
+    # since then and no longer active for withdrawn (common.wire.NoticeState.gone).
+    created_at: float = 0.0
 
     def observe(self, notice: Notice, now: float) -> Outcome:
         if not notice.is_for(self.node):
@@ -185,6 +188,7 @@ class NoticeBook:
         return {
             "node": self.node,
             "gen": self.gen,
+            "created_at": self.created_at,
             "active": [n.to_dict() for n in self.active.values()],
             "withdrawn": dict(self.withdrawn),
             "aliases": dict(self.aliases),
@@ -197,7 +201,7 @@ class NoticeBook:
 
         Raises ValueError/TypeError on a malformed snapshot (the caller starts empty).
         """
-        book = cls(node=node, gen=int(doc.get("gen", 0)))
+        book = cls(node=node, gen=int(doc.get("gen", 0)), created_at=float(doc.get("created_at", 0.0)))
         arrivals = dict(doc.get("arrivals") or {})
         for d in doc.get("active", []):
             n = notice_from_dict(d)

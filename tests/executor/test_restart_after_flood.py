@@ -60,10 +60,11 @@ def test_a_drain_whose_cancel_left_the_recent_set_is_undone_by_a_restarted_execu
         rec.steps[wire.Step.CORDONED] = now
         progress_file.save(str(state / "executor.json"), {"old": rec}, Logger("t", stream=io.StringIO()))
         w.observe(Notice("old", "cancel", NODE, "", now, now, "sco"), now)
-        for i in range(5000):
+        for i in range(5000):   # into the book directly: saving notice.json 10,000 times is not the point
             nid = (f"f{i}-" + "x" * 256)[:256]
-            w.observe(Notice(nid, "maintenance", NODE, "i-1", now, now + 900, "sco"), now)
-            w.observe(Notice(nid, "cancel", NODE, "", now, now, "sco"), now)
+            w.book.observe(Notice(nid, "maintenance", NODE, "i-1", now, now + 900, "sco"), now)
+            w.book.observe(Notice(nid, "cancel", NODE, "", now, now, "sco"), now)
+        w.persist()
         assert "old" not in w.book.recent_withdrawn() and w.book.active == {}
 
         config = build({"node": {"name": NODE, "scheduler": "none"},
@@ -73,7 +74,7 @@ def test_a_drain_whose_cancel_left_the_recent_set_is_undone_by_a_restarted_execu
         assert set(ex.drains.records) == {"old"}
         ex.drains.scheduler = spy = WithdrawSpy()
         v = Verifier(config, Logger("verifier", stream=io.StringIO()), ctx)
-        v.state["clocks"]["old"] = {"notice_id": "old"}   # a clock started before the restart
+        v.state["clocks"]["old"] = {"notice_id": "old", "received_at": now}   # started before the restart
         end = time.monotonic() + 10
         while time.monotonic() < end and not ({ipc.T_NOTICE} <= v.heard and ex.drains.withdrawn):
             w.announce()
