@@ -36,7 +36,7 @@ TOPICS = frozenset({T_NOTICE, T_CONTRACT, T_PROGRESS, T_ESCALATE, T_EVENT, T_ACK
 # the receiving socket drops the connection ("If a peer sends a message larger than ZMQ_MAXMSGSIZE
 # it is disconnected", zmq_setsockopt(3)), the sender's send has already succeeded, and a SUB
 # reconnects only to be dropped again by the next re-announcement -- a deaf receiver, and silence.
-# So each message is bounded by design (common/wire.py: NOTICE_STATE_BUDGET, PROGRESS_BUDGET, at
+# So each message is bounded by design (common/notice_state.py, common/progress.py: each within its budget, at
 # their worst in tests/common/test_message_bounds.py), ``send`` refuses anything larger before it
 # reaches the socket, and ``Disconnects`` counts what the receiving sockets dropped anyway.
 MAX_MESSAGE = 256 * 1024

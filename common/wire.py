@@ -1,8 +1,8 @@
 """The records that cross a process boundary, each defined once here with its codec (pure: no I/O).
 
 What each JSON object between the processes holds, as a typed record and back, so no process
-reads another's dict by hand: the watcher's ``NoticeState`` (topic ``notice``) and contract
-message (``contract``); the executor's ``DrainRecord`` (``executor.json``, topic ``progress``) with
+reads another's dict by hand: the watcher's contract message (``contract``; its notice state,
+topic ``notice``, is common/notice_state.py, and the progress message common/progress.py); the executor's ``DrainRecord`` (``executor.json``, topic ``progress``) with
 its step, state and phase names; ``Budget`` and ``phase_ends``, the one formula the executor, its
 Slurm rules and the verifier all time a drain by; the escalation levels (``escalate``); the ``Verdict``.
 
@@ -13,14 +13,14 @@ hides the good ones next to it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 import ujson
 
 from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
-from common.notice import CHANNELS, Notice, notice_from_dict
+from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
 from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
 
@@ -43,136 +43,12 @@ def _epoch(x: object) -> bool:
     return _number(x) and MIN_EPOCH <= x < MAX_EPOCH
 
 
-# -- how large a message may grow ---------------------------------------------------------------
-# Every message must fit what its receivers accept (common.ipc.MAX_MESSAGE, 256 KiB): libzmq drops
-# the connection of a peer that sends more, and the receiver goes deaf (common/ipc.py). So each
-# part of a message has its budget here, and what can grow without end (ids withdrawn, records of
-# past drains, the pods left on a node) is carried as a bounded recent part. The worst case of
-# every message, from these figures and the limits of what feeds them (notice fields, the notice
-# book's bounds), is computed in tests/common/test_message_bounds.py.
-
-ACTIVE_BUDGET = 160 * 1024          # the active notices and their arrivals (the watcher refuses past it)
-RECENT_WITHDRAWN = 128              # withdrawn ids carried in the notice state, newest first ...
-RECENT_WITHDRAWN_BUDGET = 24 * 1024  # ... and at most this many bytes of them
-COUNTERS_BUDGET = 16 * 1024         # the watcher's counters (bounded labels; past it, counted as dropped)
-NOTICE_STATE_BUDGET = ACTIVE_BUDGET + RECENT_WITHDRAWN_BUDGET + COUNTERS_BUDGET + 1024   # + gen, keys
-PROGRESS_BUDGET = 224 * 1024        # the progress message
-PAST_SENT = 8                       # records of drains whose notice is no longer active, newest first
-REMAINING_SENT = 100                # what is left on the node, listed per record (the count is exact)
-ACKS_SENT = 32                      # checkpoint acks per record, earliest first
-
+# -- how large a message may grow: each within common.ipc.MAX_MESSAGE (the notice state's budget is
+# in common/notice_state.py, the progress message's in common/progress.py) ------------------------
 
 def encoded_size(value: object) -> int:
     """Bytes ``value`` takes in a message (as common.ipc.encode writes it)."""
     return len(ujson.dumps(value, ensure_ascii=False, escape_forward_slashes=False).encode("utf-8"))
-
-
-# An arrival per channel, as the notice state writes it: "metadata":1764762000.1234567,
-_ARRIVALS_ROOM = sum(len(c) + 4 + 24 for c in CHANNELS) + 2
-
-
-def notice_cost(n: Notice) -> int:
-    """What one active notice takes in the notice state: its record and its arrivals on every channel."""
-    return encoded_size(n.to_dict()) + 1 + encoded_size(n.id) + 1 + _ARRIVALS_ROOM + 1
-
-
-def recent(ids_newest_first: Iterable[str], count: int = RECENT_WITHDRAWN,
-           budget: int = RECENT_WITHDRAWN_BUDGET) -> frozenset[str]:
-    """The newest ids, at most ``count`` of them and ``budget`` bytes encoded."""
-    out: list[str] = []
-    used = 2
-    for i in ids_newest_first:
-        cost = encoded_size(i) + 1
-        if len(out) >= count or used + cost > budget:
-            break
-        out.append(i)
-        used += cost
-    return frozenset(out)
-
-
-# -- the watcher's notice state (topic ``notice``) ------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class NoticeState:
-    """Which notices are active for this node, which were withdrawn lately, and the watcher's own figures.
-
-    ``withdrawn`` is a bounded recent part (``recent``), not the watcher's whole memory: a notice
-    leaves the active set only when it is withdrawn, so a receiver treats every notice it knows of
-    (a drain record, a clock) that is not active as withdrawn too (``gone``) -- a receiver restarted
-    after a flood of cancels has pushed an id out of the recent part still undoes that notice's drain.
-    Only a notice first heard since ``book_since`` (when the watcher's notice book began: a watcher
-    that lost notice.json starts a new one) -- the book has seen whatever became of it; one heard
-    before is kept as it is, for the new book may learn it again from a channel.
-    """
-
-    active: dict[str, Notice]
-    withdrawn: frozenset[str] = frozenset()
-    arrivals: dict[str, dict[str, float]] = field(default_factory=dict)   # id -> channel -> epoch
-    counters: dict[str, int] = field(default_factory=dict)                # the watcher's counters
-    started_at: float = 0.0                                               # tells the watcher's starts apart
-    gen: int = 0
-    refused: tuple[ValueError, ...] = ()                                  # active records refused one by one
-    book_since: float = 0.0                                               # when the watcher's book began
-
-    def gone(self, known: Mapping[str, float]) -> frozenset[str]:
-        """The withdrawn ids, and every id of ``known`` (id -> when the notice was first heard) that
-        is not active and was first heard since the book began."""
-        return self.withdrawn | frozenset(i for i, heard in known.items()
-                                          if i not in self.active and heard >= self.book_since)
-
-    def encode(self) -> dict[str, Any]:
-        """The ``notice`` message. The active notices are the watcher's to bound (its notice book
-        refuses a notice past MAX_ACTIVE or ACTIVE_BUDGET); the rest is bounded here."""
-        withdrawn = sorted(recent(sorted(self.withdrawn)))   # a set: which ones, only its owner knows
-        counters: dict[str, int] = {}
-        used = 2
-        for k in sorted(self.counters):
-            cost = encoded_size(k) + encoded_size(self.counters[k]) + 2
-            if used + cost > COUNTERS_BUDGET - 64:
-                counters["counters.dropped"] = len(self.counters) - len(counters)
-                break
-            counters[k] = self.counters[k]
-            used += cost
-        return {"gen": self.gen, "active": [n.to_dict() for n in self.active.values()],
-                "withdrawn": withdrawn,
-                "arrivals": {nid: self.arrivals[nid] for nid in self.active if nid in self.arrivals},
-                "counters": counters, "started_at": self.started_at, "book_since": self.book_since}
-
-
-def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
-    """The notices for ``node``; BadRecord if 'active' or 'withdrawn' is not a list."""
-    raw, withdrawn = body.get("active") or [], body.get("withdrawn") or []
-    if not isinstance(raw, list) or not isinstance(withdrawn, list):
-        raise BadRecord("notice state: 'active' and 'withdrawn' must be lists")
-    active: dict[str, Notice] = {}
-    refused: list[ValueError] = []
-    for d in raw:
-        try:
-            n = notice_from_dict(d)
-        except ValueError as e:
-            refused.append(e)
-            continue
-        if n.is_for(node):
-            active[n.id] = n
-    counters = body.get("counters")
-    started_at = body.get("started_at")
-    gen = body.get("gen")
-    since = body.get("book_since")
-    return NoticeState(
-        active=active, withdrawn=frozenset(str(i) for i in withdrawn), arrivals=_arrivals(body.get("arrivals")),
-        counters={k: v for k, v in counters.items() if isinstance(k, str) and isinstance(v, int)
-                  and not isinstance(v, bool)} if isinstance(counters, dict) else {},
-        started_at=float(started_at) if _number(started_at) else 0.0,
-        gen=gen if isinstance(gen, int) and not isinstance(gen, bool) else 0, refused=tuple(refused),
-        book_since=float(since) if _number(since) else 0.0)
-
-
-def _arrivals(raw: object) -> dict[str, dict[str, float]]:
-    """Per-channel arrival times, keeping only well-formed entries."""
-    if not isinstance(raw, dict):
-        return {}
-    return {str(nid): {c: float(t) for c, t in channels.items() if c in CHANNELS and _number(t)}
-            for nid, channels in raw.items() if isinstance(channels, dict)}
 
 
 # -- the budget and the phase ends ----------------------------------------------------------
@@ -404,58 +280,6 @@ def encode_records(records: Mapping[str, DrainRecord]) -> dict[str, Any]:
     return {nid: rec.to_dict() for nid, rec in records.items()}
 
 
-def encode_progress(records: Mapping[str, DrainRecord], active: Collection[str] = ()) -> dict[str, Any]:
-    """The ``progress`` message: what the verifier and the watcher read of each drain, within
-    PROGRESS_BUDGET.
-
-    Not the memo (only the scheduler's adapter reads it, from executor.json). The record of every
-    ``active`` notice is always carried -- whole, with at most REMAINING_SENT of what is left (and
-    ``remaining_count``) and the ACKS_SENT earliest acks, or, when that no longer fits, slim: the
-    first of what is left (never an empty list for a node that is not empty) and no acks. Then the
-    PAST_SENT newest records of notices no longer active, while they fit. What is left out is
-    counted in ``omitted``.
-    """
-    newest_first = sorted(records.items(), key=lambda kv: -kv[1].received_at)
-    current = [(nid, rec) for nid, rec in newest_first if nid in active]
-    # Every active notice's record slim first, so none is crowded out; then whole while they fit.
-    out = {nid: _sent(rec, 1, 0) for nid, rec in current}
-    used = 64 + sum(encoded_size(nid) + encoded_size(d) + 2 for nid, d in out.items())  # + {"notices":,"omitted":}
-    for nid, rec in current:
-        whole = _sent(rec, REMAINING_SENT, ACKS_SENT)
-        more = encoded_size(whole) - encoded_size(out[nid])
-        if more and used + more <= PROGRESS_BUDGET:
-            out[nid] = whole
-            used += more
-    omitted = past = 0
-    for nid, rec in newest_first:
-        if nid in out:
-            continue
-        d = _sent(rec, REMAINING_SENT, ACKS_SENT)
-        cost = encoded_size(nid) + encoded_size(d) + 2
-        if past >= PAST_SENT or used + cost > PROGRESS_BUDGET:
-            omitted += 1
-            continue
-        out[nid] = d
-        used += cost
-        past += 1
-    return {"notices": out, "omitted": omitted}
-
-
-def _sent(rec: DrainRecord, remaining: int, acks: int) -> dict[str, Any]:
-    """``rec`` as the progress message carries it: no memo, ``remaining`` and ``acks`` cut."""
-    d = rec.to_dict()
-    for k in rec.memo:
-        d.pop(k, None)
-    if rec.remaining is not None and len(rec.remaining) > remaining:
-        d["remaining"] = rec.remaining[:max(1, remaining)]
-        d["remaining_count"] = len(rec.remaining)
-    if len(rec.acks) > acks:
-        first = sorted(rec.acks.items(), key=lambda kv: kv[1].at)[:acks]
-        d["acks"] = {k: {"status": a.status, "at": a.at} for k, a in first}
-    d["problem"] = rec.problem[:100]
-    return d
-
-
 def decode_records(doc: object, defaults: Contract = BUILTIN,
                    memo_problem: Callable[[dict[str, Any]], str] | None = None,
                    ) -> tuple[dict[str, DrainRecord], dict[str, str]]:
@@ -470,16 +294,6 @@ def decode_records(doc: object, defaults: Contract = BUILTIN,
         except BadRecord as e:
             refused[str(nid)] = str(e)
     return kept, refused
-
-
-def decode_progress(body: Mapping[str, Any]) -> tuple[dict[str, DrainRecord], dict[str, str]]:
-    """The ``progress`` message; BadRecord if it has no 'notices' object. (``remaining_count`` and
-    ``omitted`` are for a reader of the message; a verdict lists at most REMAINING_SENT left anyway.)"""
-    notices = body.get("notices")
-    if isinstance(notices, dict):
-        notices = {nid: ({k: v for k, v in d.items() if k != "remaining_count"} if isinstance(d, dict) else d)
-                   for nid, d in notices.items()}
-    return decode_records(notices)
 
 
 # -- the contract (topic ``contract``) ---------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import ipc, notice_state, progress, state_file, wire
 from common.config import Config
 from common.contract import BUILTIN
 from common.log import Logger
@@ -66,7 +66,7 @@ class Executor:
         progress_file.save(self.state, self.drains.records)
 
     def publish(self) -> None:
-        body = wire.encode_progress(self.drains.records, self.drains.active.keys())
+        body = progress.encode_progress(self.drains.records, self.drains.active.keys())
         ipc.send(self.pub, ipc.T_PROGRESS, body, lambda e: self.rejections.add(ipc.EXECUTOR_PUB, e))
 
     # -- inputs -------------------------------------------------------------------
@@ -75,11 +75,11 @@ class Executor:
             try:
                 topic, body = ipc.decode(frames)
                 if topic == ipc.T_NOTICE:
-                    state = wire.decode_notice_state(body, self.config.node.name)
+                    state = notice_state.decode_notice_state(body, self.config.node.name)
                     for e in state.refused:   # one bad record is refused alone
                         self.rejections.add(ipc.WATCHER_PUB, e)
                     # The message names only the newest withdrawn ids: a drain whose notice is not
-                    # active was withdrawn too, however long ago (wire.NoticeState.gone).
+                    # active was withdrawn too, however long ago (notice_state.NoticeState.gone).
                     self.drains.active = state.active
                     self.drains.withdrawn = state.gone({nid: r.received_at for nid, r in self.drains.records.items()})
                 elif topic == ipc.T_CONTRACT:

@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import ipc, notice_state, progress, state_file, wire
 from common.config import Config
 from common.contract import BUILTIN, Contract
 from common.fsutil import write_atomic
@@ -119,7 +119,7 @@ class Verifier:
                     # {"source", "contract": {...}} as the watcher publishes it (watcher.contract_keeper).
                     self.contract = wire.decode_contract(body)
                 elif topic == ipc.T_PROGRESS:
-                    self.progress, refused = wire.decode_progress(body)
+                    self.progress, refused = progress.decode_progress(body)
                     if refused:   # counted once per message; the good records next to them still count
                         nid, why = next(iter(refused.items()))
                         self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
@@ -134,13 +134,13 @@ class Verifier:
         return self.rejections.total
 
     def _on_notices(self, body: dict[str, Any]) -> None:
-        state = wire.decode_notice_state(body, self.config.node.name)
+        state = notice_state.decode_notice_state(body, self.config.node.name)
         for e in state.refused:   # one bad record is refused alone
             self.rejections.add(ipc.WATCHER_PUB, e)
         if len(state.active) != len(self.active):
             self.metrics_dirty = True
         # The message names only the newest withdrawn ids: a clock whose notice is not active was
-        # withdrawn too, however long ago (wire.NoticeState.gone).
+        # withdrawn too, however long ago (notice_state.NoticeState.gone).
         self.active, self.arrivals = state.active, state.arrivals
         self.withdrawn = state.gone({nid: core.as_number(c.get("received_at")) for nid, c in self.state["clocks"].items()})
         if core.count_rejections(self.state, state.started_at, state.counters):

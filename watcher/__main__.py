@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import ipc, notice_state, progress, state_file, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
@@ -26,12 +26,14 @@ from common.recorder import Recorder
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
 from watcher import event_loop
 from watcher.asyncio_import import asyncio  # first: asyncio without logging, traceback, concurrent.futures
+from watcher.boot import boot_id
 from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
+from watcher.notice_report import describe, say
 from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import run_relay
 
@@ -39,19 +41,12 @@ ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
 # The book at its bounds (notice_book.MAX_ACTIVE notices, MAX_WITHDRAWN ids, every field at its
-# longest, ASCII) is about 1.8 MB (tests/watcher/test_notice_state_bounds.py); a larger book is not
+# longest, ASCII) is about 1.3 MB (tests/watcher/test_notice_state_bounds.py -s); a larger book is not
 # saved (state.too_large: the last readable file is kept), so a restart can always read it.
 MAX_STATE = 4 << 20
-# Where the kernel names this boot: a notice persisted in an earlier boot whose deadline has passed
-# announced an event that has happened (the machine was stopped or rebooted), so it is retired.
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # A repeated error is logged (and sent to the spool) again only after this long;
 # every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
-# What the throttled reports are logged at; the event type is the log message, except
-# the relay's, whose errors and drops share one event type.
-REPORT_LEVEL = {"notice.ignored": "info"}
-REPORT_EVENT = {"relay.slow_consumer": "relay.error"}
 
 
 class Watcher:
@@ -73,7 +68,7 @@ class Watcher:
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
-        self.reports = Recorder(self._say, REPEAT_REPORT_S, clock=time.time)
+        self.reports = Recorder(lambda t, d: say(self.log, self.spool.emit, t, d), REPEAT_REPORT_S, clock=time.time)
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
@@ -150,10 +145,8 @@ class Watcher:
                             "detail": e.detail[:300], "size": size, "log_only": where})
 
     def observe(self, notice: Notice, now: float, burst: bool = False) -> Outcome:
-        """Feed one notice to the book; persist, announce, report. ``burst``: the relay's -- the
-        notices the relay hands over before the event loop turns are persisted and announced once,
-        then reported in order (``flush``): a flood must not cost a save of notice.json and an
-        announcement for every notice, or the relay's pending queue overflows and drops notices."""
+        """Feed one notice to the book; persist, announce, report. ``burst`` (the relay's): saved and
+        announced once per turn of the event loop (``flush``), or a flood overflows the relay's queue."""
         if not burst:
             self.flush()   # the relay's before this one, in the order they came
         gen = self.book.gen
@@ -205,29 +198,15 @@ class Watcher:
             self.announce()
 
     def _report(self, outcome: Outcome, now: float) -> None:
-        n = outcome.notice
-        if outcome.action == "new":
-            d = n.to_dict()
-            data = {"kind": n.kind, "channel": n.channel, "source": n.source, "detail": n.detail,
-                    "issued_at": d["issued_at"], "deadline": d["deadline"],
-                    "received_at": round(n.received_at, 3), "late": n.deadline < now}
-            self.log.info("notice.received", notice_id=n.id, **data)
-            self.spool.emit("notice.received", n.id, data, now)
-        elif outcome.action == "duplicate" and outcome.first_on_channel and outcome.earlier is not None:
-            # The first arrival stays the receive time; another channel's first arrival is recorded once.
-            held = outcome.earlier
-            data = {"channel": n.channel, "id_on_channel": n.id, "received_at": round(n.received_at or now, 3),
-                    "after_first_ms": round(((n.received_at or now) - held.received_at) * 1000)}
-            self.log.info("notice.duplicate", notice_id=held.id, **data)
-            self.spool.emit("notice.duplicate", held.id, data, now)
-        elif outcome.action == "withdrawn":
-            self.log.info("notice.withdrawn", notice_id=n.id, kind=n.kind)
-            self.spool.emit("notice.withdrawn", n.id, {"kind": n.kind}, now)
-        elif outcome.action == "ignored" and outcome.reason != "withdrawn":
-            # Once a minute per reason, not per notice: a flood of distinct ids (another node's
-            # notices misrouted to us) is counted in full but logged once, with the count.
-            self.reports.record("notice.ignored", outcome.reason, {
-                "reason": outcome.reason, "node": n.node[:200], "channel": n.channel, "notice_id": n.id})
+        said = describe(outcome, now)
+        if said is None:
+            return
+        type_, notice_id, data = said
+        if type_ == "notice.ignored":   # once a minute per reason, not per notice
+            self.reports.record(type_, outcome.reason, {**data, "notice_id": notice_id})
+            return
+        self.log.info(type_, notice_id=notice_id, **data)
+        self.spool.emit(type_, notice_id, data, now)
 
     # -- inputs: the metadata loop (watcher.metadata_loop.Host) -------------------
     def metadata_started(self, source: MetadataSource, wake: asyncio.Event) -> None:
@@ -279,19 +258,11 @@ class Watcher:
         if event:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
-    def _say(self, type_: str, data: dict[str, Any]) -> None:
-        """A throttled report (self.reports): a log line and a spool event of what was counted."""
-        notice_id = data.pop("notice_id", "")
-        where = data.pop("log_only", {})
-        level = self.log.info if REPORT_LEVEL.get(type_) == "info" else self.log.warning
-        level(type_, **({"notice_id": notice_id} if notice_id else {}), **data, **where)
-        self.spool.emit(REPORT_EVENT.get(type_, type_), notice_id, data)
-
     def on_progress_readable(self) -> None:
         for frames in ipc.pending(self.progress_sub):
             try:
                 _, body = ipc.decode(frames)
-                records, refused = wire.decode_progress(body)
+                records, refused = progress.decode_progress(body)
             except (ipc.BadMessage, wire.BadRecord) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB, e)
                 continue
@@ -323,16 +294,14 @@ class Watcher:
 
     def announce(self) -> None:
         ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract), self.refused)
-        # Withdrawn ids: only the newest (bounded, common.wire.recent); receivers take any notice they
-        # know of that is not active for withdrawn (wire.NoticeState.gone).
-        state = wire.NoticeState(active=self.book.active, withdrawn=self.book.recent_withdrawn(),
+        # Only the newest withdrawn ids (common.notice_state.recent; receivers: NoticeState.gone).
+        state = notice_state.NoticeState(active=self.book.active, withdrawn=self.book.recent_withdrawn(),
                                  arrivals=self.book.arrivals, counters=self.published_counters(),
                                  started_at=self.started_at, gen=self.book.gen, book_since=self.book.created_at)
         ipc.send(self.pub, ipc.T_NOTICE, state.encode(), self.refused)
 
     def refused(self, e: ipc.TooLarge) -> None:
-        """A message over what its receivers accept was not sent: counted (ipc.rejected.send_too_large,
-        published with the other counters) and reported."""
+        """A message over what its receivers accept was not sent: counted (published) and reported."""
         self.rejections.add(ipc.WATCHER_PUB, e)
 
     def published_counters(self) -> dict[str, int]:
@@ -357,15 +326,6 @@ class Watcher:
         if self.book.dirty:
             self.persist()
         self.announce()
-
-
-def boot_id(path: str = BOOT_ID_PATH) -> str:
-    """This boot's id, or "" where the kernel does not say (then no boot is told from another)."""
-    try:
-        with open(path) as f:
-            return f.read(64).strip()
-    except OSError:
-        return ""
 
 
 async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from common import wire
+from common import notice_state
 from common.notice import Notice, notice_from_dict
 
 # Two channels report the same reclaim with deadlines that differ by rounding
@@ -27,7 +27,7 @@ WITHDRAWN_MEMORY_S = 24 * 3600.0
 # Bounds on what a flood of (valid) notices can make us hold. A node sees a
 # handful of notices in its life; these are far above that and far below harm.
 # Active notices are announced every second, so they are bounded by count and by
-# what they take in the notice message (common.wire.ACTIVE_BUDGET): past either, a
+# what they take in the notice message (common.notice_state.ACTIVE_BUDGET): past either, a
 # new notice is refused (counted, ``too_many_active`` / ``active_too_large``).
 # Withdrawn ids are remembered (and persisted) here; the message carries only the
 # newest of them (``recent_withdrawn``).
@@ -61,9 +61,9 @@ class NoticeBook:
     arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # active id -> channel -> t
     gen: int = 0
     dirty: bool = False
-    active_bytes: int = 0                                            # the active notices' wire.notice_cost
+    active_bytes: int = 0                                            # the active notices' notice_state.notice_cost
     # When this book began (0: before anyone wrote it down). Receivers take a notice first heard
-    # since then and no longer active for withdrawn (common.wire.NoticeState.gone).
+    # since then and no longer active for withdrawn (common.notice_state.NoticeState.gone).
     created_at: float = 0.0
 
     def observe(self, notice: Notice, now: float) -> Outcome:
@@ -80,8 +80,8 @@ class NoticeBook:
         if len(self.active) >= MAX_ACTIVE:
             return Outcome("ignored", notice, reason="too_many_active")
         first = replace(notice, received_at=received)
-        cost = wire.notice_cost(first)
-        if self.active_bytes + cost > wire.ACTIVE_BUDGET:
+        cost = notice_state.notice_cost(first)
+        if self.active_bytes + cost > notice_state.ACTIVE_BUDGET:
             return Outcome("ignored", notice, reason="active_too_large")
         self.active_bytes += cost
         self.active[first.id] = first
@@ -122,7 +122,7 @@ class NoticeBook:
 
     def _withdraw(self, held_id: str, now: float) -> Outcome:
         held = self.active.pop(held_id)
-        self.active_bytes -= wire.notice_cost(held)
+        self.active_bytes -= notice_state.notice_cost(held)
         self.arrivals.pop(held_id, None)
         self._remember_withdrawn(held_id, now)
         for alias in [a for a, target in self.aliases.items() if target == held_id]:
@@ -138,8 +138,8 @@ class NoticeBook:
             del self.withdrawn[next(iter(self.withdrawn))]   # oldest first (insertion order)
 
     def recent_withdrawn(self) -> frozenset[str]:
-        """The newest withdrawn ids, as many as the notice message carries (common.wire.recent)."""
-        return wire.recent(reversed(self.withdrawn))
+        """The newest withdrawn ids, as many as the notice message carries (common.notice_state.recent)."""
+        return notice_state.recent(reversed(self.withdrawn))
 
     def resolve(self, notice_id: str) -> str:
         """The active id ``notice_id`` names: itself, or the notice it is an alias of."""
@@ -207,7 +207,7 @@ class NoticeBook:
             n = notice_from_dict(d)
             if n.is_for(node):
                 book.active[n.id] = n
-                book.active_bytes += wire.notice_cost(n)
+                book.active_bytes += notice_state.notice_cost(n)
                 raw = arrivals.get(n.id) or {n.channel: n.received_at}
                 book.arrivals[n.id] = {str(c): float(t) for c, t in dict(raw).items()}
         for nid, when in dict(doc.get("withdrawn", {})).items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from common import ipc, wire
+from common import ipc, notice_state, progress, wire
 from common.contract import BUILTIN
 from common.notice import _MAX_FIELD, CHANNELS, Notice
 from common.wire import Ack, DrainRecord, DrainState, Step
@@ -56,15 +56,15 @@ def fill_book(make_id, text=worst) -> tuple[NoticeBook, list[str]]:
     return book, refused
 
 
-def state_of(book: NoticeBook, counters: dict[str, int]) -> wire.NoticeState:
+def state_of(book: NoticeBook, counters: dict[str, int]) -> notice_state.NoticeState:
     """As the watcher announces it (watcher/__main__.py Watcher.announce)."""
-    return wire.NoticeState(active=book.active, withdrawn=book.recent_withdrawn(), arrivals=book.arrivals,
+    return notice_state.NoticeState(active=book.active, withdrawn=book.recent_withdrawn(), arrivals=book.arrivals,
                             counters=counters, started_at=time.time(), gen=book.gen)
 
 
 def test_the_budgets_fit_the_receivers_limit():
-    assert wire.NOTICE_STATE_BUDGET <= ipc.MAX_MESSAGE
-    assert wire.PROGRESS_BUDGET <= ipc.MAX_MESSAGE
+    assert notice_state.NOTICE_STATE_BUDGET <= ipc.MAX_MESSAGE
+    assert progress.PROGRESS_BUDGET <= ipc.MAX_MESSAGE
 
 
 def test_the_notice_state_at_its_worst_fits_and_the_notice_past_the_bound_is_refused():
@@ -78,11 +78,11 @@ def test_the_notice_state_at_its_worst_fits_and_the_notice_past_the_bound_is_ref
     counters = {f"metadata.error.reason_{i:04d}_" + "x" * 60: i for i in range(5000)}
     size = payload(ipc.T_NOTICE, state_of(book, counters).encode())
     print(f"notice state at its worst: {size} bytes, {len(book.active)} active notices")
-    assert size <= wire.NOTICE_STATE_BUDGET <= ipc.MAX_MESSAGE
+    assert size <= notice_state.NOTICE_STATE_BUDGET <= ipc.MAX_MESSAGE
     body = state_of(book, counters).encode()
-    assert len(body["withdrawn"]) <= wire.RECENT_WITHDRAWN and body["counters"]["counters.dropped"] > 0
+    assert len(body["withdrawn"]) <= notice_state.RECENT_WITHDRAWN and body["counters"]["counters.dropped"] > 0
     # The active notices are all there.
-    assert set(wire.decode_notice_state(body, NODE).active) == set(book.active)
+    assert set(notice_state.decode_notice_state(body, NODE).active) == set(book.active)
 
 
 def test_at_most_max_active_notices_of_ordinary_size_and_the_next_is_refused():
@@ -90,18 +90,18 @@ def test_at_most_max_active_notices_of_ordinary_size_and_the_next_is_refused():
     book, refused = fill_book(lambda tag: (tag + "-" + "x" * 93)[:93], lambda tag: f"{tag}-0123456789abcdef0")
     assert refused == ["too_many_active"] and len(book.active) == notice_book.MAX_ACTIVE
     size = payload(ipc.T_NOTICE, state_of(book, {}).encode())
-    assert size <= wire.NOTICE_STATE_BUDGET
+    assert size <= notice_state.NOTICE_STATE_BUDGET
 
 
 def test_the_recent_withdrawn_ids_are_the_newest_by_count_and_by_bytes():
     book = NoticeBook(node=NODE)
     for j in range(300):
         book.observe(Notice(f"w{j:03d}", "cancel", NODE, "", 0.0, 0.0, "sco"), float(j))
-    assert book.recent_withdrawn() == {f"w{j:03d}" for j in range(300 - wire.RECENT_WITHDRAWN, 300)}
+    assert book.recent_withdrawn() == {f"w{j:03d}" for j in range(300 - notice_state.RECENT_WITHDRAWN, 300)}
     long_ids = [worst(f"w{j}") for j in range(100)]
-    kept = wire.recent(reversed(long_ids))
+    kept = notice_state.recent(reversed(long_ids))
     assert kept == set(long_ids[len(long_ids) - len(kept):])
-    assert wire.encoded_size(sorted(kept)) <= wire.RECENT_WITHDRAWN_BUDGET
+    assert wire.encoded_size(sorted(kept)) <= notice_state.RECENT_WITHDRAWN_BUDGET
 
 
 def test_a_record_whose_notice_is_neither_active_nor_recently_withdrawn_is_gone():
@@ -109,7 +109,7 @@ def test_a_record_whose_notice_is_neither_active_nor_recently_withdrawn_is_gone(
     been pushed out of the recent set: a notice leaves the active set only by being withdrawn."""
     book, _ = fill_book(worst)
     first_cancelled = worst("w0")
-    state = wire.decode_notice_state(state_of(book, {}).encode(), NODE)
+    state = notice_state.decode_notice_state(state_of(book, {}).encode(), NODE)
     assert first_cancelled not in state.withdrawn                     # long out of the recent set
     active = next(iter(state.active))
     heard = time.time()
@@ -121,7 +121,7 @@ def test_a_notice_heard_before_the_watchers_book_began_is_not_taken_for_withdraw
     """A watcher that lost notice.json starts a new book, which knows nothing of the notices before
     it: a drain of one of those is left as it is (a channel may bring the notice back), not undone."""
     began = time.time()
-    state = wire.decode_notice_state(wire.NoticeState(active={}, book_since=began).encode(), NODE)
+    state = notice_state.decode_notice_state(notice_state.NoticeState(active={}, book_since=began).encode(), NODE)
     assert state.book_since == began
     assert state.gone({"before": began - 60, "since": began + 1}) == {"since"}
 
@@ -147,11 +147,11 @@ def test_the_progress_message_at_its_worst_fits_and_carries_every_active_notice(
     largest = [worst_record(i, now) for i in range(4)]   # the same few objects under many ids: cheaper
     records = {f"n{i}": largest[i % 4] for i in range(notice_book.MAX_ACTIVE + 1000)}
     active = {f"n{i}" for i in range(notice_book.MAX_ACTIVE)}
-    body = wire.encode_progress(records, active)
+    body = progress.encode_progress(records, active)
     size = payload(ipc.T_PROGRESS, body)
     print(f"progress at its worst: {size} bytes")
-    assert size <= wire.PROGRESS_BUDGET <= ipc.MAX_MESSAGE
-    kept, refused = wire.decode_progress(body)
+    assert size <= progress.PROGRESS_BUDGET <= ipc.MAX_MESSAGE
+    kept, refused = progress.decode_progress(body)
     assert refused == {} and active <= set(kept)
     assert all(kept[nid].remaining for nid in active)
     assert body["omitted"] == len(records) - len(kept)
@@ -165,9 +165,9 @@ def test_a_small_progress_message_carries_records_whole_but_the_memo():
     past = {f"p{i}": DrainRecord(kind="reclaim", received_at=now - 100 - i, budget=rec.budget, policy="drain",
                                  taint_key="sco.io/notice", state=DrainState.DONE, remaining=[])
             for i in range(20)}
-    body = wire.encode_progress({"n1": rec, **past}, {"n1"})
-    kept, _ = wire.decode_progress(body)
+    body = progress.encode_progress({"n1": rec, **past}, {"n1"})
+    kept, _ = progress.decode_progress(body)
     assert kept["n1"].remaining == ["default/app"] and kept["n1"].acks == rec.acks and kept["n1"].memo == {}
     # The newest past records, as many as PAST_SENT.
-    assert set(kept) - {"n1"} == {f"p{i}" for i in range(wire.PAST_SENT)} and body["omitted"] == 20 - wire.PAST_SENT
+    assert set(kept) - {"n1"} == {f"p{i}" for i in range(progress.PAST_SENT)} and body["omitted"] == 20 - progress.PAST_SENT
     assert wire.encode_records({"n1": rec})["n1"]["evicted"] == {"uid-1": "default/app"}   # executor.json keeps it

@@ -9,6 +9,7 @@ import ujson
 
 from common.contract import BUILTIN, Contract
 from common.log import Logger
+from common.notice_state import decode_notice_state
 from common.timefmt import format_rfc3339
 from common.wire import (
     BadRecord,
@@ -16,7 +17,6 @@ from common.wire import (
     DrainRecord,
     Escalation,
     decode_escalations,
-    decode_notice_state,
     encode_escalations,
     encode_records,
     phase_ends,
