@@ -97,13 +97,15 @@ class Rejections:
     counted, and ``tick()`` reports what accumulated once the window has
     passed, so nothing counted goes unsaid (common/recorder.py). ``reason`` is
     the exception's ``reason`` attribute (a bounded label), else ``bad_value``.
-    ``counts`` may be the process's own counter dict (the watcher publishes its counters).
+    ``counts`` may be the process's own counter dict (the watcher publishes its counters);
+    ``counted(reason, n)``, when set, hears every count (the verifier adds its own to its metrics).
     """
 
     def __init__(self, log: Logger, what: str = "ipc", emit: Callable[..., Any] | None = None,
                  counts: dict[str, int] | None = None, every_s: float = REJECT_REPORT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.what, self.emit = log, what, emit
+        self.counted: Callable[[str, int], object] | None = None
         self.counts = counts if counts is not None else {}
         self.recorder = Recorder(self._say, every_s, clock)
 
@@ -122,6 +124,8 @@ class Rejections:
         """Count ``n`` refusals of one reason (a bounded label) at once."""
         key = f"{self.what}.rejected.{reason}"
         self.counts[key] = self.counts.get(key, 0) + n
+        if self.counted is not None:   # the verifier's own go straight into its metrics
+            self.counted(reason, n)
         self.recorder.record(f"{self.what}.rejected", reason,
                              {"socket": where, "reason": reason, "detail": detail[:300]}, n)
 

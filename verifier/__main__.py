@@ -70,6 +70,7 @@ class Verifier:
         self.contract: Contract = BUILTIN
         self.move_step = "requeue" if config.node.scheduler == "slurm" else "evict"
         self.rejections = Rejections(log, emit=self.spool.emit)
+        self.rejections.counted = self._count_own
         self.metrics_path = config.metrics.textfile
         self.metrics_dirty = True
         self.metrics_failed = False
@@ -128,6 +129,12 @@ class Verifier:
                 self.heard.add(topic)
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB if sock is self.progress_sub else ipc.WATCHER_PUB, e)
+
+    def _count_own(self, reason: str, n: int) -> None:
+        """The verifier's own refusals (a bad message, a send refused, a dropped connection) in the
+        metrics textfile, next to the watcher's: sco_agent_rejections_total{what="ipc"}."""
+        metrics.inc(self.state["metrics"], "sco_agent_rejections_total", ("ipc", metrics.reason_label(reason)), n)
+        self.metrics_dirty = True
 
     @property
     def bad_messages(self) -> int:

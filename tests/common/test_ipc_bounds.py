@@ -94,3 +94,44 @@ def test_a_connection_the_receiver_drops_is_noticed_counted_and_made_again(pair)
     with pytest.raises(zmq.Again):
         sub.recv_multipart(zmq.NOBLOCK)   # the oversized message never arrived
     assert heard(pub, sub, {"n": 2})      # connected again: a message within the limit is heard
+
+
+def test_each_sender_counts_a_refused_message_where_its_counters_go(tmp_path, monkeypatch):
+    """The watcher's refusal is in the counters it publishes (the verifier's metrics textfile reads
+    them: sco_agent_rejections_total{what="ipc"}), the verifier's go into that textfile itself, the
+    executor's are its ``ipc.rejected`` counts (log line and event, as its other refusals). The limit is
+    made small so a real message is over it."""
+    from common.config import build
+    from executor.__main__ import Executor
+    from tests.watcher.conftest import make_config
+    from verifier.__main__ import Verifier
+    from watcher.__main__ import Watcher
+
+    run, state = tmp_path / "run", tmp_path / "state"
+    run.mkdir(mode=0o700)
+    ctx: ipc.Context = zmq.Context()
+    try:
+        w = Watcher(make_config(paths={"runtime_dir": str(run), "state_dir": str(state)},
+                                contract={"trust_dir": str(tmp_path / "trust"),
+                                          "launch_path": str(tmp_path / "none.json")}),
+                    Logger("watcher", stream=io.StringIO()), ctx)
+        w.spool.emit = lambda *a, **k: {}
+        config = build({"node": {"name": "node-a", "scheduler": "none"},
+                        "paths": {"runtime_dir": str(run), "state_dir": str(state)},
+                        "agent_socket": {"path": str(run / "agent.sock")}})
+        ex = Executor(config, Logger("executor", stream=io.StringIO()), ctx)
+        v = Verifier(config, Logger("verifier", stream=io.StringIO()), ctx)
+        monkeypatch.setattr(ipc, "MAX_MESSAGE", 10)
+        w.announce()
+        assert w.published_counters()["ipc.rejected.send_too_large"] == 2      # contract and notice state
+        ex.publish()
+        assert ex.rejections.counts == {"ipc.rejected.send_too_large": 1}
+        v.publish()
+        assert v.rejections.counts == {"ipc.rejected.send_too_large": 1}
+        v.metrics_path = str(tmp_path / "sco.prom")
+        v.write_metrics()
+        prom = (tmp_path / "sco.prom").read_text()
+        assert 'sco_agent_rejections_total{what="ipc",reason="send_too_large"} 1' in prom
+        ex.close()
+    finally:
+        ctx.destroy(linger=0)
