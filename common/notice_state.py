@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from common.notice import CHANNELS, Notice, notice_from_dict
@@ -33,9 +34,12 @@ def notice_cost(n: Notice) -> int:
 def recent(ids_newest_first: Iterable[str], count: int = RECENT_WITHDRAWN,
            budget: int = RECENT_WITHDRAWN_BUDGET) -> frozenset[str]:
     """The newest ids, at most ``count`` of them and ``budget`` bytes encoded."""
+    newest = list(islice(ids_newest_first, count))
+    if encoded_size(newest) <= budget:   # the usual case, in one measure (this runs every announcement)
+        return frozenset(newest)
     out: list[str] = []
     used = 2
-    for i in ids_newest_first:
+    for i in newest:
         cost = encoded_size(i) + 1
         if len(out) >= count or used + cost > budget:
             break
@@ -78,19 +82,27 @@ class NoticeState:
         """The ``notice`` message. The active notices are the watcher's to bound (its notice book
         refuses a notice past MAX_ACTIVE or ACTIVE_BUDGET); the rest is bounded here."""
         withdrawn = sorted(recent(sorted(self.withdrawn)))   # a set: which ones, only its owner knows
-        counters: dict[str, int] = {}
-        used = 2
-        for k in sorted(self.counters):
-            cost = encoded_size(k) + encoded_size(self.counters[k]) + 2
-            if used + cost > COUNTERS_BUDGET - 64:
-                counters["counters.dropped"] = len(self.counters) - len(counters)
-                break
-            counters[k] = self.counters[k]
-            used += cost
+        counters = dict(self.counters)
+        if encoded_size(counters) > COUNTERS_BUDGET - 64:   # never with the watcher's own bounded labels
+            counters = _within(self.counters, COUNTERS_BUDGET - 64)
         return {"gen": self.gen, "active": [n.to_dict() for n in self.active.values()],
                 "withdrawn": withdrawn,
                 "arrivals": {nid: self.arrivals[nid] for nid in self.active if nid in self.arrivals},
                 "counters": counters, "started_at": self.started_at, "book_since": self.book_since}
+
+
+def _within(counters: Mapping[str, int], budget: int) -> dict[str, int]:
+    """The counters (by name) that fit ``budget`` bytes, and how many did not (``counters.dropped``)."""
+    out: dict[str, int] = {}
+    used = 2
+    for k in sorted(counters):
+        cost = encoded_size(k) + encoded_size(counters[k]) + 2
+        if used + cost > budget:
+            out["counters.dropped"] = len(counters) - len(out)
+            break
+        out[k] = counters[k]
+        used += cost
+    return out
 
 
 def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
