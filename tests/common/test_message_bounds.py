@@ -171,3 +171,10 @@ def test_a_small_progress_message_carries_records_whole_but_the_memo():
     # The newest past records, as many as PAST_SENT.
     assert set(kept) - {"n1"} == {f"p{i}" for i in range(progress.PAST_SENT)} and body["omitted"] == 20 - progress.PAST_SENT
     assert wire.encode_records({"n1": rec})["n1"]["evicted"] == {"uid-1": "default/app"}   # executor.json keeps it
+
+
+def test_the_escalation_message_at_its_worst_fits():
+    """The verifier's escalations name only active notices: MAX_ACTIVE ids at their longest."""
+    levels = {worst(f"e{i}"): wire.Escalation(wire.FINAL, time.time()) for i in range(notice_book.MAX_ACTIVE)}
+    size = payload(ipc.T_ESCALATE, wire.encode_escalations(levels))
+    assert size <= ipc.MAX_MESSAGE
