@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ujson
@@ -25,12 +26,19 @@ SPOOL_INTAKE = "spool.intake"    # every process -> spool: events (DEALER -> ROU
 # Topics; what each message holds, and its codec, is in common.wire.
 T_NOTICE = b"notice"       # NoticeState: {"active": [notice...], "withdrawn": [id...], "gen", "arrivals", ...}
 T_CONTRACT = b"contract"   # {"source", "contract": the current contract (common.contract.Contract.to_dict())}
-T_PROGRESS = b"progress"   # {"notices": {id: DrainRecord}}
+T_PROGRESS = b"progress"   # {"notices": {id: DrainRecord without its memo}, "omitted": n}
 T_ESCALATE = b"escalate"   # {"notices": {id: {"level": checkpoint_over|evict_over|final, "since": epoch}}}
 T_EVENT = b"event"         # spool intake: one event object
 T_ACK = b"ack"             # spool reply: {"ids": [event_id...]}
 
 TOPICS = frozenset({T_NOTICE, T_CONTRACT, T_PROGRESS, T_ESCALATE, T_EVENT, T_ACK})
+# What every socket accepts in one frame (ZMQ_MAXMSGSIZE). libzmq does not refuse a larger message:
+# the receiving socket drops the connection ("If a peer sends a message larger than ZMQ_MAXMSGSIZE
+# it is disconnected", zmq_setsockopt(3)), the sender's send has already succeeded, and a SUB
+# reconnects only to be dropped again by the next re-announcement -- a deaf receiver, and silence.
+# So each message is bounded by design (common/notice_state.py, common/progress.py: each within its budget, at
+# their worst in tests/common/test_message_bounds.py), ``send`` refuses anything larger before it
+# reaches the socket, and ``Disconnects`` counts what the receiving sockets dropped anyway.
 MAX_MESSAGE = 256 * 1024
 
 # Peers that are down must not cost CPU: zmq reconnects every 100 ms by default
@@ -43,12 +51,23 @@ class BadMessage(ValueError):
     """A frame set that is not one of ours: counted (by ``reason``, a bounded label) and dropped.
 
     Reasons from ``decode``: frames, topic, too_large, bad_json, not_object;
-    receivers checking a message's shape use bad_shape (the default).
+    receivers checking a message's shape use bad_shape (the default); ``send`` refuses with
+    send_too_large (``TooLarge``); ``Disconnects`` counts peer_disconnected.
     """
 
     def __init__(self, detail: str, reason: str = "bad_shape") -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+class TooLarge(BadMessage):
+    """A message ``send`` refused: its body is larger than its receivers accept (MAX_MESSAGE)."""
+
+    def __init__(self, topic: bytes, size: int) -> None:
+        super().__init__(f"{topic.decode('ascii', 'replace')} message of {size} bytes is over the "
+                         f"{MAX_MESSAGE} bytes its receivers accept: not sent", "send_too_large")
+        self.topic = topic
+        self.size = size
 
 
 def ensure_runtime_dir(path: str) -> str:
@@ -148,10 +167,70 @@ def pending(sock: Socket) -> Iterator[list[bytes]]:
             return
 
 
-def send(sock: Socket, topic: bytes, body: dict[str, Any]) -> bool:
-    """Send without blocking; False if the peer queue is full (level-triggered state is resent anyway)."""
+def send(sock: Socket, topic: bytes, body: dict[str, Any],
+         refused: Callable[[TooLarge], object] | None = None) -> bool:
+    """Send without blocking; False if not sent.
+
+    Not sent: the peer queue is full (level-triggered state is resent anyway), or the body is
+    larger than its receivers accept -- then nothing reaches the socket (libzmq would have the
+    receiver drop the connection, see MAX_MESSAGE) and ``refused`` gets the ``TooLarge`` to count
+    and log; without ``refused`` it is raised.
+    """
+    frames = encode(topic, body)
+    if len(frames[1]) > MAX_MESSAGE:
+        err = TooLarge(topic, len(frames[1]))
+        if refused is None:
+            raise err
+        refused(err)
+        return False
     try:
-        sock.send_multipart(encode(topic, body), flags=zmq.NOBLOCK)
+        sock.send_multipart(frames, flags=zmq.NOBLOCK)
         return True
     except zmq.Again:
         return False
+
+
+class Disconnects:
+    """Notices the connections libzmq dropped on our receiving sockets, counts them by socket name,
+    and connects those sockets again.
+
+    A receiving socket drops the connection of a peer whose message is over its ZMQ_MAXMSGSIZE and
+    says so only to a monitor: ``ZMQ_EVENT_DISCONNECTED``, "the socket was disconnected
+    unexpectedly" (zmq_socket_monitor(3)). For libzmq that is a protocol error, after which the
+    connecting side does not reconnect (src/session_base.cpp ``engine_error``: a protocol error
+    terminates the session; only connection and timeout errors reconnect) -- measured: a SUB so
+    dropped heard nothing for 10 s. So each such socket is disconnected and connected again here
+    (harmless when the peer merely exited and libzmq was reconnecting anyway; level-triggered
+    state arrives again within a second). ``take()`` does it all without blocking.
+    """
+
+    def __init__(self, runtime_dir: str, sockets: dict[str, Socket]) -> None:
+        self.runtime_dir = runtime_dir
+        self.sockets = sockets
+        self.monitors = {name: sock.get_monitor_socket(zmq.EVENT_DISCONNECTED) for name, sock in sockets.items()}
+
+    def take(self) -> dict[str, int]:
+        """Disconnects since the last call, per socket name (only names with some); those sockets
+        are connected again."""
+        out: dict[str, int] = {}
+        for name, mon in self.monitors.items():
+            for frames in pending(mon):
+                # Frame 1: the event number (16 bits, native order) then its value (zmq_socket_monitor(3));
+                # read here rather than with zmq.utils.monitor, which imports asyncio into every process.
+                if frames and int.from_bytes(frames[0][:2], sys.byteorder) == zmq.EVENT_DISCONNECTED:
+                    out[name] = out.get(name, 0) + 1
+        for name in out:
+            addr = endpoint(self.runtime_dir, name)
+            try:
+                self.sockets[name].disconnect(addr)
+            except zmq.ZMQError:
+                pass   # the session is gone already: nothing to undo
+            self.sockets[name].connect(addr)
+        return out
+
+    def fds(self) -> list[Socket]:
+        return list(self.monitors.values())
+
+    def close(self) -> None:
+        for mon in self.monitors.values():
+            mon.close(linger=0)

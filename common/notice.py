@@ -118,12 +118,12 @@ def notice_from_payload(doc: Any) -> Notice:
             raise Rejected("bad_field", f"{name} must be a non-empty string")
         if len(value) > _MAX_FIELD:
             raise Rejected("bad_field", f"{name} longer than {_MAX_FIELD}")
-        fields[name] = value
+        fields[name] = _unicode(name, value)
     for name in ("instance_id", "source"):
         value = doc.get(name, "")
         if not isinstance(value, str) or len(value) > _MAX_FIELD:
             raise Rejected("bad_field", f"{name} must be a string")
-        fields[name] = value
+        fields[name] = _unicode(name, value)
     if fields["kind"] not in KINDS:
         raise Rejected("bad_kind", f"unknown kind {fields['kind'][:32]!r}")
     try:
@@ -136,6 +136,16 @@ def notice_from_payload(doc: Any) -> Notice:
         instance_id=fields["instance_id"], issued_at=issued_at, deadline=deadline,
         source=fields["source"] or "relay",
     )
+
+
+def _unicode(name: str, value: str) -> str:
+    """``value`` if it is text UTF-8 can carry: JSON lets "\\ud800" (half a surrogate pair) through,
+    and every message and state file that held it would fail to encode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Rejected("bad_field", f"{name} is not valid Unicode (a lone surrogate)") from None
+    return value
 
 
 def derived_id(source: str, instance_id: str, kind: str, key: str) -> str:

@@ -97,7 +97,8 @@ class Rejections:
     counted, and ``tick()`` reports what accumulated once the window has
     passed, so nothing counted goes unsaid (common/recorder.py). ``reason`` is
     the exception's ``reason`` attribute (a bounded label), else ``bad_value``.
-    ``counts`` may be the process's own counter dict (the watcher publishes its counters).
+    ``counts`` may be the process's own counter dict (the watcher publishes its counters);
+    ``counted(reason, n)``, when set, hears every count (the verifier adds its own to its metrics).
     """
 
     def __init__(self, log: Logger, what: Literal["ipc", "socket"] = "ipc", emit: EventSink | None = None,
@@ -105,6 +106,7 @@ class Rejections:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.what, self.emit = log, what, emit
         self.event: EventType = "socket.rejected" if what == "socket" else "ipc.rejected"
+        self.counted: Callable[[str, int], object] | None = None
         self.counts = counts if counts is not None else {}
         self.recorder = Recorder(self._say, every_s, clock)
 
@@ -123,8 +125,17 @@ class Rejections:
         """Count ``n`` refusals of one reason (a bounded label) at once."""
         key = f"{self.what}.rejected.{reason}"
         self.counts[key] = self.counts.get(key, 0) + n
+        if self.counted is not None:   # the verifier's own go straight into its metrics
+            self.counted(reason, n)
         self.recorder.record(self.event, reason,
                              {"socket": where, "reason": reason, "detail": detail[:300]}, n)
+
+    def count_disconnects(self, disconnects: ipc.Disconnects) -> None:
+        """Count the connections our receiving sockets dropped (``peer_disconnected``, per socket); they
+        are connected again (``ipc.Disconnects``)."""
+        for name, n in disconnects.take().items():
+            self.count(name, "peer_disconnected", "a connection to this receiving socket was dropped (its peer "
+                       f"exited, or sent a message over {ipc.MAX_MESSAGE} bytes); connected again", n)
 
     def tick(self, force: bool = False) -> None:
         """Report every reason counted since its last report whose window has passed (all: ``force``)."""
@@ -157,7 +168,7 @@ class SpoolLink:
         sent = self.outbox.clock()
         for ev in self.journal.replayed:
             self.outbox.restore(ev, sent)
-            ipc.send(self.sock, ipc.T_EVENT, ev)
+            self._send(ev)
         if self.journal.replayed:
             log.info("outbox.replayed", events=len(self.journal.replayed), path=self.journal.path)
         self.journal.replayed = []
@@ -170,10 +181,20 @@ class SpoolLink:
             self.unjournaled += 1
         self.journal.bound(self.outbox.pending)
         self.log_emitted(ev)
-        ipc.send(self.sock, ipc.T_EVENT, ev)
+        self._send(ev)
         if self.journal.errors:
             self._report_journal()
         return ev
+
+    def _send(self, ev: dict[str, Any]) -> bool:
+        """Send one event; False only while the spool's queue is full (resent later)."""
+        return ipc.send(self.sock, ipc.T_EVENT, ev, lambda e: self.refused(ev, e)) or ev["event_id"] not in self.outbox.pending
+
+    def refused(self, ev: dict[str, Any], e: ipc.TooLarge) -> None:
+        """An event larger than the spool accepts can never be delivered: counted, reported, and let go
+        (resending it would only be refused again)."""
+        self.acked([ev["event_id"]])
+        self.rejections.add(ipc.SPOOL_INTAKE, e)
 
     def log_emitted(self, ev: dict[str, Any]) -> None:
         """The id on stderr, once the event is durable: what a process emitted can be counted from its
@@ -223,7 +244,7 @@ class SpoolLink:
         """Resend what is due (the outbox's resend pacing is on its monotonic clock)."""
         self.rejections.tick()
         for ev in self.outbox.due():
-            if not ipc.send(self.sock, ipc.T_EVENT, ev):
+            if not self._send(ev):
                 break
 
     def close(self) -> None:

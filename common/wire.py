@@ -1,8 +1,8 @@
 """The records that cross a process boundary, each defined once here with its codec (pure: no I/O).
 
 What each JSON object between the processes holds, as a typed record and back, so no process
-reads another's dict by hand: the watcher's ``NoticeState`` (topic ``notice``) and contract
-message (``contract``); the executor's ``DrainRecord`` (``executor.json``, topic ``progress``) with
+reads another's dict by hand: the watcher's contract message (``contract``; its notice state,
+topic ``notice``, is common/notice_state.py, and the progress message common/progress.py); the executor's ``DrainRecord`` (``executor.json``, topic ``progress``) with
 its step, state and phase names; ``Budget`` and ``phase_ends``, the one formula the executor, its
 Slurm rules and the verifier all time a drain by; the escalation levels (``escalate``); the ``Verdict``.
 
@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+import ujson
+
 from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
-from common.notice import CHANNELS, Notice, notice_from_dict
+from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
 from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
 
@@ -41,59 +43,12 @@ def _epoch(x: object) -> bool:
     return _number(x) and MIN_EPOCH <= x < MAX_EPOCH
 
 
-# -- the watcher's notice state (topic ``notice``) ------------------------------------------
+# -- how large a message may grow: each within common.ipc.MAX_MESSAGE (the notice state's budget is
+# in common/notice_state.py, the progress message's in common/progress.py) ------------------------
 
-@dataclass(frozen=True, slots=True)
-class NoticeState:
-    """Which notices are active for this node, which were withdrawn, and the watcher's own figures."""
-
-    active: dict[str, Notice]
-    withdrawn: frozenset[str] = frozenset()
-    arrivals: dict[str, dict[str, float]] = field(default_factory=dict)   # id -> channel -> epoch
-    counters: dict[str, int] = field(default_factory=dict)                # the watcher's counters
-    started_at: float = 0.0                                               # tells the watcher's starts apart
-    gen: int = 0
-    refused: tuple[ValueError, ...] = ()                                  # active records refused one by one
-
-    def encode(self) -> dict[str, Any]:
-        """The ``notice`` message."""
-        return {"gen": self.gen, "active": [n.to_dict() for n in self.active.values()],
-                "withdrawn": sorted(self.withdrawn), "arrivals": self.arrivals, "counters": self.counters,
-                "started_at": self.started_at}
-
-
-def decode_notice_state(body: Mapping[str, Any], node: str) -> NoticeState:
-    """The notices for ``node``; BadRecord if 'active' or 'withdrawn' is not a list."""
-    raw, withdrawn = body.get("active") or [], body.get("withdrawn") or []
-    if not isinstance(raw, list) or not isinstance(withdrawn, list):
-        raise BadRecord("notice state: 'active' and 'withdrawn' must be lists")
-    active: dict[str, Notice] = {}
-    refused: list[ValueError] = []
-    for d in raw:
-        try:
-            n = notice_from_dict(d)
-        except ValueError as e:
-            refused.append(e)
-            continue
-        if n.is_for(node):
-            active[n.id] = n
-    counters = body.get("counters")
-    started_at = body.get("started_at")
-    gen = body.get("gen")
-    return NoticeState(
-        active=active, withdrawn=frozenset(str(i) for i in withdrawn), arrivals=_arrivals(body.get("arrivals")),
-        counters={k: v for k, v in counters.items() if isinstance(k, str) and isinstance(v, int)
-                  and not isinstance(v, bool)} if isinstance(counters, dict) else {},
-        started_at=float(started_at) if _number(started_at) else 0.0,
-        gen=gen if isinstance(gen, int) and not isinstance(gen, bool) else 0, refused=tuple(refused))
-
-
-def _arrivals(raw: object) -> dict[str, dict[str, float]]:
-    """Per-channel arrival times, keeping only well-formed entries."""
-    if not isinstance(raw, dict):
-        return {}
-    return {str(nid): {c: float(t) for c, t in channels.items() if c in CHANNELS and _number(t)}
-            for nid, channels in raw.items() if isinstance(channels, dict)}
+def encoded_size(value: object) -> int:
+    """Bytes ``value`` takes in a message (as common.ipc.encode writes it)."""
+    return len(ujson.dumps(value, ensure_ascii=False, escape_forward_slashes=False).encode("utf-8"))
 
 
 # -- the budget and the phase ends ----------------------------------------------------------
@@ -320,9 +275,9 @@ def _problem(rec: object) -> str:
     return ""
 
 
-def encode_progress(records: Mapping[str, DrainRecord]) -> dict[str, Any]:
-    """The ``progress`` message (and the executor.json object is its ``notices``)."""
-    return {"notices": {nid: rec.to_dict() for nid, rec in records.items()}}
+def encode_records(records: Mapping[str, DrainRecord]) -> dict[str, Any]:
+    """executor.json's object: every record whole, its scheduler's memo included."""
+    return {nid: rec.to_dict() for nid, rec in records.items()}
 
 
 def decode_records(doc: object, defaults: Contract = BUILTIN,
@@ -339,11 +294,6 @@ def decode_records(doc: object, defaults: Contract = BUILTIN,
         except BadRecord as e:
             refused[str(nid)] = str(e)
     return kept, refused
-
-
-def decode_progress(body: Mapping[str, Any]) -> tuple[dict[str, DrainRecord], dict[str, str]]:
-    """The ``progress`` message; BadRecord if it has no 'notices' object."""
-    return decode_records(body.get("notices"))
 
 
 # -- the contract (topic ``contract``) ---------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 import zmq
 
-from common import clock, ipc, state_file, wire
+from common import clock, ipc, notice_state, progress, state_file, wire
 from common.clock import Moment
 from common.config import Config
 from common.contract import BUILTIN
@@ -45,6 +45,7 @@ class Executor:
         self.sub = ipc.subscriber(ctx, rd, ipc.WATCHER_PUB, ipc.T_NOTICE, ipc.T_CONTRACT)
         self.escalate_sub = ipc.subscriber(ctx, rd, ipc.VERIFIER_PUB, ipc.T_ESCALATE)
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.EXECUTOR_PUB)
+        self.disconnects = ipc.Disconnects(rd, {ipc.WATCHER_PUB: self.sub, ipc.VERIFIER_PUB: self.escalate_sub})
         self.spool = SpoolLink(ctx, config, "executor", log)
         # The state dir: a unit restart removes the runtime dir, and the drain must go on where it was.
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
@@ -66,7 +67,8 @@ class Executor:
         progress_file.save(self.state, self.drains.records)
 
     def publish(self) -> None:
-        ipc.send(self.pub, ipc.T_PROGRESS, wire.encode_progress(self.drains.records))
+        body = progress.encode_progress(self.drains.records, self.drains.active.keys())
+        ipc.send(self.pub, ipc.T_PROGRESS, body, lambda e: self.rejections.add(ipc.EXECUTOR_PUB, e))
 
     # -- inputs -------------------------------------------------------------------
     def on_sub_readable(self) -> None:
@@ -74,10 +76,13 @@ class Executor:
             try:
                 topic, body = ipc.decode(frames)
                 if topic == ipc.T_NOTICE:
-                    state = wire.decode_notice_state(body, self.config.node.name)
+                    state = notice_state.decode_notice_state(body, self.config.node.name)
                     for e in state.refused:   # one bad record is refused alone
                         self.rejections.add(ipc.WATCHER_PUB, e)
-                    self.drains.active, self.drains.withdrawn = state.active, state.withdrawn
+                    # The message names only the newest withdrawn ids: a drain whose notice is not
+                    # active was withdrawn too, however long ago (notice_state.NoticeState.gone).
+                    self.drains.active = state.active
+                    self.drains.withdrawn = state.gone({nid: r.received_at for nid, r in self.drains.records.items()})
                 elif topic == ipc.T_CONTRACT:
                     self.drains.contract = wire.decode_contract(body)
                     self.drains.contract_heard = True
@@ -100,6 +105,8 @@ class Executor:
     def register(self, loop: Loop) -> None:
         loop.on(self.sub, self.on_sub_readable)
         loop.on(self.escalate_sub, self.on_escalate_readable)
+        for mon in self.disconnects.fds():
+            loop.on(mon, lambda: self.rejections.count_disconnects(self.disconnects))
         loop.on(self.spool.sock, self.spool.on_readable)
         # The agent socket is served every turn (readable or not); the scheduler's fd only wakes us.
         for fd in (self.clients, self.scheduler):

@@ -4,7 +4,7 @@ Loaded at start, so a restarted executor carries each drain on where it was
 (steps done are not announced again, pods evicted are not evicted again). It
 lives in the state dir (``common.state_file.Kept``): a unit restart removes the
 runtime dir, and with it what a drain needs to resume. The file is the
-``notices`` object of the ``progress`` message; each record is checked whole by
+records whole (``common.wire.encode_records``; the ``progress`` message carries less); each record is checked whole by
 its codec (``common.wire.DrainRecord.from_dict``, the scheduler's memory by the
 scheduler's ``memo_problem``). A record that fails is set aside (logged); its
 drain is re-derived from the cluster, so only step timestamps are lost.
@@ -21,7 +21,7 @@ from typing import Any
 from common import state_file
 from common.contract import Contract
 from common.log import Logger
-from common.wire import BadRecord, DrainRecord, DrainState, decode_records, encode_progress
+from common.wire import BadRecord, DrainRecord, DrainState, decode_records, encode_records
 
 MAX_FILE = 4 << 20
 # Records of drains that are over and whose notice is gone, kept for `sco-agentctl status` and the
@@ -49,7 +49,7 @@ def load(source: state_file.Kept | str, contract: Contract, log: Logger,
 
 
 def save(target: state_file.Kept | str, records: dict[str, DrainRecord], log: Logger | None = None) -> bool:
-    doc = encode_progress(records)["notices"]
+    doc = encode_records(records)
     if isinstance(target, state_file.Kept):
         return target.save(doc)
     if log is None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import clock, ipc, state_file, supervise, wire
+from common import clock, ipc, notice_state, progress, state_file, supervise, wire
 from common.clock import Moment, MonoTime
 from common.config import Config
 from common.contract import BUILTIN, Contract
@@ -53,6 +53,7 @@ class Verifier:
         self.notices_sub = ipc.subscriber(ctx, rd, ipc.WATCHER_PUB, ipc.T_NOTICE, ipc.T_CONTRACT)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.VERIFIER_PUB)
+        self.disconnects = ipc.Disconnects(rd, {ipc.WATCHER_PUB: self.notices_sub, ipc.EXECUTOR_PUB: self.progress_sub})
         self.spool = SpoolLink(ctx, config, "verifier", log)
         os.makedirs(config.paths.state_dir, exist_ok=True)
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
@@ -77,6 +78,7 @@ class Verifier:
         # A damaged verdict is kept (its notice stays judged) or dropped, and said once, here.
         for nid, why in damaged.items():
             self.rejections.add(STATE_FILE, wire.BadRecord(f"verdict of {nid[:64]!r}: {why}"))
+        self.rejections.counted = self._count_own
         self.metrics_path = config.metrics.textfile
         self.metrics_dirty = True
         self.metrics_failed = False
@@ -127,7 +129,7 @@ class Verifier:
                     # {"source", "contract": {...}} as the watcher publishes it (watcher.contract_keeper).
                     self.contract = wire.decode_contract(body)
                 elif topic == ipc.T_PROGRESS:
-                    self.progress, refused = wire.decode_progress(body)
+                    self.progress, refused = progress.decode_progress(body)
                     if refused:   # counted once per message; the good records next to them still count
                         nid, why = next(iter(refused.items()))
                         self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
@@ -138,17 +140,26 @@ class Verifier:
             except (ipc.BadMessage, ValueError, TypeError) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB if sock is self.progress_sub else ipc.WATCHER_PUB, e)
 
+    def _count_own(self, reason: str, n: int) -> None:
+        """The verifier's own refusals (a bad message, a send refused, a dropped connection) in the
+        metrics textfile, next to the watcher's: sco_agent_rejections_total{what="ipc"}."""
+        metrics.inc(self.state["metrics"], "sco_agent_rejections_total", ("ipc", metrics.reason_label(reason)), n)
+        self.metrics_dirty = True
+
     @property
     def bad_messages(self) -> int:
         return self.rejections.total
 
     def _on_notices(self, body: dict[str, Any]) -> None:
-        state = wire.decode_notice_state(body, self.config.node.name)
+        state = notice_state.decode_notice_state(body, self.config.node.name)
         for e in state.refused:   # one bad record is refused alone
             self.rejections.add(ipc.WATCHER_PUB, e)
         if len(state.active) != len(self.active):
             self.metrics_dirty = True
-        self.active, self.withdrawn, self.arrivals = state.active, state.withdrawn, state.arrivals
+        # The message names only the newest withdrawn ids: a clock whose notice is not active was
+        # withdrawn too, however long ago (notice_state.NoticeState.gone).
+        self.active, self.arrivals = state.active, state.arrivals
+        self.withdrawn = state.gone({nid: core.as_number(c.get("received_at")) for nid, c in self.state["clocks"].items()})
         if core.count_rejections(self.state, state.started_at, state.counters):
             self._save()
             self.metrics_dirty = True
@@ -199,12 +210,17 @@ class Verifier:
             self.metrics_dirty = True
         for ev in events:
             self.spool.log_emitted(ev)
-            ipc.send(self.spool.sock, ipc.T_EVENT, ev)
+            ipc.send(self.spool.sock, ipc.T_EVENT, ev, self.refused)
         if emits:
             self.publish()
 
     def publish(self) -> None:
-        ipc.send(self.pub, ipc.T_ESCALATE, wire.encode_escalations(core.escalations(self.state, self.active)))
+        ipc.send(self.pub, ipc.T_ESCALATE, wire.encode_escalations(core.escalations(self.state, self.active)),
+                 self.refused)
+
+    def refused(self, e: ipc.TooLarge) -> None:
+        """A message over what its receivers accept was not sent: counted and reported."""
+        self.rejections.add(ipc.VERIFIER_PUB if e.topic == ipc.T_ESCALATE else ipc.SPOOL_INTAKE, e)
 
     def write_metrics(self) -> None:
         if not self.metrics_path or not self.metrics_dirty:
@@ -244,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     loop.on(v.notices_sub, lambda: v.on_readable(v.notices_sub))
     loop.on(v.progress_sub, lambda: v.on_readable(v.progress_sub))
     loop.on(v.spool.sock, v.on_acks)
+    for mon in v.disconnects.fds():
+        loop.on(mon, lambda: v.rejections.count_disconnects(v.disconnects))
     # Idle, a turn a second; four while a notice is active, so a deadline is judged on time.
     loop.run(stop, lambda ready: v.turn(clock.moment()), lambda: 250 if v.active else 1000)
     if v.observer is not None:

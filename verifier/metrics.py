@@ -28,7 +28,7 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Drain verdicts, by outcome and (for overruns) the step that held the drain up.",
         ("outcome", "held_up_by")),
     "sco_agent_rejections_total": (
-        "counter", "Inputs refused by the watcher, by what was refused and why.", ("what", "reason")),
+        "counter", "Inputs refused by the watcher and the verifier, by what was refused and why.", ("what", "reason")),
     "sco_agent_escalations_total": (
         "counter", "Drain escalations announced by the verifier, by level.", ("level",)),
     "sco_agent_notices_active": (

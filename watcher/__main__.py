@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, state_file, wire
+from common import ipc, notice_state, progress, state_file, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
@@ -26,12 +26,14 @@ from common.recorder import Recorder
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
 from watcher import event_loop
 from watcher.asyncio_import import asyncio  # first: asyncio without logging, traceback, concurrent.futures
+from watcher.boot import boot_id
 from watcher.contract_keeper import ContractKeeper
 from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
-from watcher.metadata_loop import Report, Round, poll_metadata
+from watcher.metadata_loop import Round, poll_metadata
 from watcher.notice_book import NoticeBook, Outcome
+from watcher.notice_report import Report, describe, say
 from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import STATUS_EVENTS, run_relay
 from watcher.tasks import supervised
@@ -40,18 +42,12 @@ ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
 STATE_FILE = "notice.json"
 # The book at its bounds (notice_book.MAX_ACTIVE notices, MAX_WITHDRAWN ids, every field at its
-# longest, ASCII) is about 1.8 MB (tests/watcher/test_notice_state_bounds.py); a larger book is not
+# longest, ASCII) is about 1.3 MB (tests/watcher/test_notice_state_bounds.py -s); a larger book is not
 # saved (state.too_large: the last readable file is kept), so a restart can always read it.
 MAX_STATE = 4 << 20
-# Where the kernel names this boot: a notice persisted in an earlier boot whose deadline has passed
-# announced an event that has happened (the machine was stopped or rebooted), so it is retired.
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # A repeated error is logged (and sent to the spool) again only after this long;
 # every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
-# What the throttled reports are logged at; the event type is the log message, except
-# the relay's, whose errors and drops share one event type.
-REPORT_LEVEL = {"notice.ignored": "info"}
 
 
 class Watcher:
@@ -67,17 +63,22 @@ class Watcher:
         self.book, booted_in = self._load_book()
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.WATCHER_PUB)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
+        self.disconnects = ipc.Disconnects(rd, {ipc.EXECUTOR_PUB: self.progress_sub})
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
         self.started_at = time.time()
-        self.reports = Recorder(self._say, REPEAT_REPORT_S)   # its repeat is an interval: monotonic
+        # Its repeat is an interval: on the monotonic clock (Recorder's default).
+        self.reports: Recorder[Report] = Recorder(lambda t, d: say(self.log, self.spool.emit, t, d), REPEAT_REPORT_S)
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
         self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
         self.drained_pending: list[str] = []
         self.changed = asyncio.Event()        # set: announce at the next turn of the tick loop
+        # The relay's notices observed but not yet persisted, announced and reported (``flush``):
+        # the book's generation before them, and each outcome with its time.
+        self.burst: tuple[int, list[tuple[Outcome, float]]] | None = None
         # The contract comes first: the drain budget must be known before any work lands.
         self.contracts = ContractKeeper(config, log, self.spool.emit, check)
         self.contracts.load()
@@ -95,12 +96,12 @@ class Watcher:
         # channels will re-deliver a live notice within one poll.
         doc = self.state.load()
         if doc is None:
-            return NoticeBook(node=node), self.boot_id
+            return NoticeBook(node=node, created_at=time.time()), self.boot_id
         try:
             return NoticeBook.restore(node, doc), str(doc.get("boot_id", ""))
         except (ValueError, TypeError, AttributeError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-            return NoticeBook(node=node), self.boot_id
+            return NoticeBook(node=node, created_at=time.time()), self.boot_id
 
     def retire_past(self, now: float) -> None:
         """Notices of an earlier boot whose deadline has passed are withdrawn (the executor undoes
@@ -127,7 +128,7 @@ class Watcher:
         except Rejected as e:
             self.reject(e, "relay", len(payload), now, subject=subject[:200])
             return
-        self.observe(notice.with_arrival("relay", now), now)
+        self.observe(notice.with_arrival("relay", now), now, burst=True)
 
     def on_injected(self) -> None:
         """Notices written by `sco-agentctl simulate`: the "local" channel, validated like the relay's."""
@@ -145,19 +146,45 @@ class Watcher:
         self.reports.record("notice.rejected", e.reason, {"channel": channel, "reason": e.reason,
                             "detail": e.detail[:300], "size": size, "log_only": where})
 
-    def observe(self, notice: Notice, now: float) -> Outcome:
+    def observe(self, notice: Notice, now: float, burst: bool = False) -> Outcome:
+        """Feed one notice to the book; persist, announce, report. ``burst`` (the relay's): saved and
+        announced once per turn of the event loop (``flush``), or a flood overflows the relay's queue."""
+        if not burst:
+            self.flush()   # the relay's before this one, in the order they came
         gen = self.book.gen
         outcome = self.book.observe(notice, now)
         self.count(f"{outcome.action}.{notice.channel}")
         if outcome.reason:
             self.count(f"ignored.reason.{outcome.reason}")
+        if burst:
+            if self.burst is None:
+                self.burst = (gen, [])
+                try:
+                    asyncio.get_running_loop().call_soon(self.flush)
+                except RuntimeError:   # no event loop (a test feeding payloads by hand): at once
+                    self.burst[1].append((outcome, now))
+                    self.flush()
+                    return outcome
+            self.burst[1].append((outcome, now))
+            return outcome
         # Persist (and announce) before the event: a watcher killed in between would otherwise learn
         # the notice again from the metadata poll and report it received a second time.
         self._after_change(gen)
         self._report(outcome, now)
         return outcome
 
+    def flush(self) -> None:
+        """The relay's notices observed since the last turn of the event loop: persisted and announced
+        (once), then reported."""
+        if self.burst is None:
+            return
+        (gen, outcomes), self.burst = self.burst, None
+        self._after_change(gen)
+        for outcome, now in outcomes:
+            self._report(outcome, now)
+
     def withdraw(self, notice_id: str, channel: str, now: float) -> None:
+        self.flush()
         gen = self.book.gen
         outcome = self.book.withdraw(notice_id, now)
         if outcome is not None:
@@ -173,29 +200,15 @@ class Watcher:
             self.announce()
 
     def _report(self, outcome: Outcome, now: float) -> None:
-        n = outcome.notice
-        if outcome.action == "new":
-            d = n.to_dict()
-            data = {"kind": n.kind, "channel": n.channel, "source": n.source, "detail": n.detail,
-                    "issued_at": d["issued_at"], "deadline": d["deadline"],
-                    "received_at": round(n.received_at, 3), "late": n.deadline < now}
-            self.log.info("notice.received", notice_id=n.id, **data)
-            self.spool.emit("notice.received", n.id, data, now)
-        elif outcome.action == "duplicate" and outcome.first_on_channel and outcome.earlier is not None:
-            # The first arrival stays the receive time; another channel's first arrival is recorded once.
-            held = outcome.earlier
-            data = {"channel": n.channel, "id_on_channel": n.id, "received_at": round(n.received_at or now, 3),
-                    "after_first_ms": round(((n.received_at or now) - held.received_at) * 1000)}
-            self.log.info("notice.duplicate", notice_id=held.id, **data)
-            self.spool.emit("notice.duplicate", held.id, data, now)
-        elif outcome.action == "withdrawn":
-            self.log.info("notice.withdrawn", notice_id=n.id, kind=n.kind)
-            self.spool.emit("notice.withdrawn", n.id, {"kind": n.kind}, now)
-        elif outcome.action == "ignored" and outcome.reason != "withdrawn":
-            # Once a minute per reason, not per notice: a flood of distinct ids (another node's
-            # notices misrouted to us) is counted in full but logged once, with the count.
-            self.reports.record("notice.ignored", outcome.reason, {
-                "reason": outcome.reason, "node": n.node[:200], "channel": n.channel, "notice_id": n.id})
+        said = describe(outcome, now)
+        if said is None:
+            return
+        type_, notice_id, data = said
+        if type_ == "notice.ignored":   # once a minute per reason, not per notice
+            self.reports.record(type_, outcome.reason, {**data, "notice_id": notice_id})
+            return
+        self.log.info(type_, notice_id=notice_id, **data)
+        self.spool.emit(type_, notice_id, data, now)
 
     # -- inputs: the metadata loop (watcher.metadata_loop.Host) -------------------
     def metadata_started(self, source: MetadataSource, wake: asyncio.Event) -> None:
@@ -246,19 +259,11 @@ class Watcher:
         if event is not None:
             self.spool.emit(event, data={"detail": detail[:300]}, now=now)
 
-    def _say(self, type_: Report, data: dict[str, Any]) -> None:
-        """A throttled report (self.reports): a log line and a spool event of what was counted."""
-        notice_id = data.pop("notice_id", "")
-        where = data.pop("log_only", {})
-        level = self.log.info if REPORT_LEVEL.get(type_) == "info" else self.log.warning
-        level(type_, **({"notice_id": notice_id} if notice_id else {}), **data, **where)
-        self.spool.emit("relay.error" if type_ == "relay.slow_consumer" else type_, notice_id, data)
-
     def on_progress_readable(self) -> None:
         for frames in ipc.pending(self.progress_sub):
             try:
                 _, body = ipc.decode(frames)
-                records, refused = wire.decode_progress(body)
+                records, refused = progress.decode_progress(body)
             except (ipc.BadMessage, wire.BadRecord) as e:
                 self.rejections.add(ipc.EXECUTOR_PUB, e)
                 continue
@@ -289,12 +294,16 @@ class Watcher:
             self.count("state.write_failed")
 
     def announce(self) -> None:
-        ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract))
-        snap = self.book.snapshot()
-        state = wire.NoticeState(active=self.book.active, withdrawn=frozenset(snap["withdrawn"]),
-                                 arrivals=snap["arrivals"], counters=self.published_counters(),
-                                 started_at=self.started_at, gen=snap["gen"])
-        ipc.send(self.pub, ipc.T_NOTICE, state.encode())
+        ipc.send(self.pub, ipc.T_CONTRACT, wire.encode_contract(self.contracts.contract), self.refused)
+        # Only the newest withdrawn ids (common.notice_state.recent; receivers: NoticeState.gone).
+        state = notice_state.NoticeState(active=self.book.active, withdrawn=self.book.recent_withdrawn(),
+                                 arrivals=self.book.arrivals, counters=self.published_counters(),
+                                 started_at=self.started_at, gen=self.book.gen, book_since=self.book.created_at)
+        ipc.send(self.pub, ipc.T_NOTICE, state.encode(), self.refused)
+
+    def refused(self, e: ipc.TooLarge) -> None:
+        """A message over what its receivers accept was not sent: counted (published) and reported."""
+        self.rejections.add(ipc.WATCHER_PUB, e)
 
     def published_counters(self) -> dict[str, int]:
         """The watcher's counters and the contract keeper's rejections (``contract.rejected.<reason>``)."""
@@ -306,25 +315,18 @@ class Watcher:
     def tick(self) -> None:
         """One turn of housekeeping: spool acks and resends, executor progress, injected notices,
         the re-announce."""
+        self.flush()
         self.spool.on_readable()
         self.spool.tick()
         self.rejections.tick()
         self.reports.tick()
+        self.rejections.count_disconnects(self.disconnects)   # published with the counters
         self.on_progress_readable()
         self.on_injected()
         self.book.forget_old(time.time())
         if self.book.dirty:
             self.persist()
         self.announce()
-
-
-def boot_id(path: str = BOOT_ID_PATH) -> str:
-    """This boot's id, or "" where the kernel does not say (then no boot is told from another)."""
-    try:
-        with open(path) as f:
-            return f.read(64).strip()
-    except OSError:
-        return ""
 
 
 async def tick_loop(w: Watcher, stop: asyncio.Event) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from common.config import Config
-from common.events import EventType
 from common.recorder import Recorder
 from watcher.in_thread import in_thread
 from watcher.notice_book import NoticeBook
+from watcher.notice_report import Report
 from watcher.providers import MetadataError, MetadataSource, PollResult, Withheld, make_source
 
 # However often something wakes the loop, rounds are at least this far apart.
@@ -34,11 +34,6 @@ class Round:
     error: MetadataError | None = None
     unreported: tuple[str, ...] = ()
     withheld: tuple[Withheld, ...] = ()   # acknowledgements the source did not send, and why
-
-
-# What the watcher says through its throttled reports: an event type, or the relay's drop line
-# (logged, not an event).
-Report = EventType | Literal["relay.slow_consumer"]
 
 
 class Host(Protocol):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from common import notice_state
 from common.notice import Notice, notice_from_dict
 
 # Two channels report the same reclaim with deadlines that differ by rounding
@@ -25,7 +26,12 @@ SAME_DEADLINE_TOLERANCE_S = 2.0
 WITHDRAWN_MEMORY_S = 24 * 3600.0
 # Bounds on what a flood of (valid) notices can make us hold. A node sees a
 # handful of notices in its life; these are far above that and far below harm.
-MAX_ACTIVE = 256
+# Active notices are announced every second, so they are bounded by count and by
+# what they take in the notice message (common.notice_state.ACTIVE_BUDGET): past either, a
+# new notice is refused (counted, ``too_many_active`` / ``active_too_large``).
+# Withdrawn ids are remembered (and persisted) here; the message carries only the
+# newest of them (``recent_withdrawn``).
+MAX_ACTIVE = 64
 MAX_WITHDRAWN = 4096
 
 
@@ -55,6 +61,10 @@ class NoticeBook:
     arrivals: dict[str, dict[str, float]] = field(default_factory=dict)  # active id -> channel -> t
     gen: int = 0
     dirty: bool = False
+    active_bytes: int = 0                                            # the active notices' notice_state.notice_cost
+    # When this book began (0: before anyone wrote it down). Receivers take a notice first heard
+    # since then and no longer active for withdrawn (common.notice_state.NoticeState.gone).
+    created_at: float = 0.0
 
     def observe(self, notice: Notice, now: float) -> Outcome:
         if not notice.is_for(self.node):
@@ -70,6 +80,10 @@ class NoticeBook:
         if len(self.active) >= MAX_ACTIVE:
             return Outcome("ignored", notice, reason="too_many_active")
         first = replace(notice, received_at=received)
+        cost = notice_state.notice_cost(first)
+        if self.active_bytes + cost > notice_state.ACTIVE_BUDGET:
+            return Outcome("ignored", notice, reason="active_too_large")
+        self.active_bytes += cost
         self.active[first.id] = first
         self.arrivals[first.id] = {first.channel: received}
         self.gen += 1
@@ -108,6 +122,7 @@ class NoticeBook:
 
     def _withdraw(self, held_id: str, now: float) -> Outcome:
         held = self.active.pop(held_id)
+        self.active_bytes -= notice_state.notice_cost(held)
         self.arrivals.pop(held_id, None)
         self._remember_withdrawn(held_id, now)
         for alias in [a for a, target in self.aliases.items() if target == held_id]:
@@ -121,6 +136,10 @@ class NoticeBook:
         self.withdrawn[notice_id] = now
         while len(self.withdrawn) > MAX_WITHDRAWN:
             del self.withdrawn[next(iter(self.withdrawn))]   # oldest first (insertion order)
+
+    def recent_withdrawn(self) -> frozenset[str]:
+        """The newest withdrawn ids, as many as the notice message carries (common.notice_state.recent)."""
+        return notice_state.recent(reversed(self.withdrawn))
 
     def resolve(self, notice_id: str) -> str:
         """The active id ``notice_id`` names: itself, or the notice it is an alias of."""
@@ -169,6 +188,7 @@ class NoticeBook:
         return {
             "node": self.node,
             "gen": self.gen,
+            "created_at": self.created_at,
             "active": [n.to_dict() for n in self.active.values()],
             "withdrawn": dict(self.withdrawn),
             "aliases": dict(self.aliases),
@@ -181,12 +201,13 @@ class NoticeBook:
 
         Raises ValueError/TypeError on a malformed snapshot (the caller starts empty).
         """
-        book = cls(node=node, gen=int(doc.get("gen", 0)))
+        book = cls(node=node, gen=int(doc.get("gen", 0)), created_at=float(doc.get("created_at", 0.0)))
         arrivals = dict(doc.get("arrivals") or {})
         for d in doc.get("active", []):
             n = notice_from_dict(d)
             if n.is_for(node):
                 book.active[n.id] = n
+                book.active_bytes += notice_state.notice_cost(n)
                 raw = arrivals.get(n.id) or {n.channel: n.received_at}
                 book.arrivals[n.id] = {str(c): float(t) for c, t in dict(raw).items()}
         for nid, when in dict(doc.get("withdrawn", {})).items():

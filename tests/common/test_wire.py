@@ -9,6 +9,7 @@ import ujson
 
 from common.contract import BUILTIN, Contract
 from common.log import Logger
+from common.notice_state import decode_notice_state
 from common.timefmt import format_rfc3339
 from common.wire import (
     BadRecord,
@@ -16,9 +17,8 @@ from common.wire import (
     DrainRecord,
     Escalation,
     decode_escalations,
-    decode_notice_state,
     encode_escalations,
-    encode_progress,
+    encode_records,
     phase_ends,
 )
 from executor import progress_file
@@ -120,7 +120,7 @@ def test_an_old_progress_file_loads_and_saves_in_the_same_shape(tmp_path):
     # Saved again, it keeps every field it had, and gains the fallback's, frozen from the contract
     # it is loaded with (a reclaim may fall back on the built-in contract).
     added = {"fallback_allowed": True, "fallback_lead_s": 10.0, "problem": ""}
-    assert encode_progress(records)["notices"] == {"k": {**OLD_KUBE, **added}, "s": {**OLD_SLURM, **added}}
+    assert encode_records(records) == {"k": {**OLD_KUBE, **added}, "s": {**OLD_SLURM, **added}}
     progress_file.save(path, records, Logger("t", stream=log))
     assert progress_file.load(path, BUILTIN, Logger("t", stream=log), slurm_memo)["s"].memo["slurm"]["signalled"] == {
         "5": T0 + 1}

@@ -23,8 +23,9 @@ from common import ipc
 from common.config import build
 from common.contract import BUILTIN
 from common.log import Logger
+from common.progress import decode_progress
 from common.runtime import SpoolLink
-from common.wire import LEVELS, BadRecord, decode_progress
+from common.wire import LEVELS, BadRecord
 from executor.__main__ import Executor
 from spool.intake import Intake, Rejected, parse_event
 from tests.support.drain_records import record_dict

@@ -22,7 +22,7 @@ from common import ipc
 from common.config import build
 from common.log import Logger
 from common.notice import Notice
-from common.wire import encode_progress
+from common.progress import encode_progress
 from executor import progress_file
 from executor.__main__ import Executor
 from tests.support import notices

@@ -76,11 +76,11 @@ def test_judged_state_is_on_disk_before_anything_is_sent(shell, monkeypatch):
     on_disk_at_send = []
     real_send = ipc.send
 
-    def spy(sock, topic, body):
+    def spy(sock, topic, body, refused=None):
         if topic == ipc.T_EVENT and body["type"] == "drain.overrun":
             with open(v.state_path, "rb") as f:
                 on_disk_at_send.append(ujson.loads(f.read())["verdicts"]["n1"]["outcome"])
-        return real_send(sock, topic, body)
+        return real_send(sock, topic, body, refused)
     monkeypatch.setattr(ipc, "send", spy)
     v.check(now + 1)
     v.check(now + 10)
@@ -146,7 +146,7 @@ def test_a_verdict_given_while_the_disk_is_full_is_not_given_again_after_a_resta
 
     def judge(v: Verifier, at: float) -> list[str]:
         sent = []
-        monkeypatch.setattr(ipc, "send", lambda sock, topic, body: sent.append(body.get("type")) or True)
+        monkeypatch.setattr(ipc, "send", lambda sock, topic, body, refused=None: sent.append(body.get("type")) or True)
         v.active = {"n1": notice_from_dict(notice)}
         v.heard |= {ipc.T_NOTICE, ipc.T_CONTRACT, ipc.T_PROGRESS}
         v.progress, v.progress_at = {"n1": record(v.active["n1"], budget=BUDGET, remaining=[],
