@@ -60,9 +60,9 @@ class Executor:
     def emit(self, type: str, notice_id: str, data: dict[str, Any], now: float) -> object:
         return self.spool.emit(type, notice_id, data, now)
 
-    def save(self) -> None:
+    def save(self) -> bool:
         progress_file.prune(self.drains.records, self.drains.active.keys(), self.drains.withdrawn)
-        progress_file.save(self.state, self.drains.records)
+        return progress_file.save(self.state, self.drains.records)
 
     def publish(self) -> None:
         ipc.send(self.pub, ipc.T_PROGRESS, wire.encode_progress(self.drains.records))

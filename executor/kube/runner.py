@@ -46,7 +46,18 @@ from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
 from executor.kube.pod_view import namespaces_of
-from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remaining, Remember, Report, StepDone
+from executor.scheduler import (
+    Announce,
+    InPhase,
+    Log,
+    NewState,
+    Problem,
+    Remaining,
+    Remember,
+    Report,
+    Saved,
+    StepDone,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +92,7 @@ class DrainRunner:
         self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
+        self._fallback_refused = False   # its marker could not be saved: not run, not tried again
         # Coordinator thread only (the workers report through the answers queue).
         self._warnings = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
                                   WARN_REPEAT_S, clock)
@@ -103,6 +115,7 @@ class DrainRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        self._answers.put(("", None))   # wake the drain if it waits for answers: it stops at once
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -188,16 +201,21 @@ class DrainRunner:
             self._wait(pacing.first_write_delay(node, self.spec.write_spread_s))
 
     def _node_steps(self, api: KubeApi) -> None:
+        """Label, cordon and taint. Done again by a drain that takes over (or restarts) even when the
+        record says it is done: idempotent, and the taint value and the annotation name this notice."""
         s = self.spec
         self._first_write(api.node)
-        if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
-            self._set_phase(Phase.CORDON)
+        if s.exclude_from_lb:
+            if Step.LB_EXCLUDED not in self._steps:
+                self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))
-            self._step(Step.LB_EXCLUDED)
+            if Step.LB_EXCLUDED not in self._steps:
+                self._step(Step.LB_EXCLUDED)
         if Step.CORDONED not in self._steps:
             self._set_phase(Phase.CORDON)
-            done = self._call_node(api, lambda: node_steps.cordon_and_taint(
-                api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+        done = self._call_node(api, lambda: node_steps.cordon_and_taint(
+            api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+        if Step.CORDONED not in self._steps:
             self._step(Step.CORDONED, "drain.cordoned", taint_key=s.taint_key,
                        lb_excluded=Step.LB_EXCLUDED in self._steps, **done)
 
@@ -349,7 +367,8 @@ class DrainRunner:
             return
         down_since = self._health.since or now
         # What keeps the node from empty now, for the record (and the verdict, should it stay so).
-        self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
+        self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)
+                               + (("fallback:not-run-unsaved",) if self._fallback_refused else ())))
         while True:
             now = self._clock()
             if now > self.spec.deadline + LINGER_S:   # the machine is gone, or should be: stop trying
@@ -358,7 +377,8 @@ class DrainRunner:
             # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
             if not self._stop.is_set() and fallback_due(
                     down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
-                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
+                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo or self._fallback_refused,
+                    now=now,
                     at=self.spec.fallback_at):
                 self._fallback(error, now - down_since)
             try:
@@ -373,11 +393,24 @@ class DrainRunner:
         self._reconcile(api, down_since)
 
     def _fallback(self, error: str, down_for_s: float) -> None:
-        """Written down (and on disk) before it runs: an executor killed meanwhile never runs it twice."""
-        s, saved = self.spec, threading.Event()
+        """Written down (and durably on disk) before it runs: an executor killed meanwhile never runs it
+        twice. It runs only for a notice still active -- a withdrawal (or a takeover) stops this drain,
+        and is looked for again once the save is answered -- and never on a marker the disk refused."""
+        s, saved = self.spec, Saved()
         self._memo["fallback_started"] = self._clock()
         self._report(Remember(s.notice_id, copy.deepcopy(self._memo), saved))
-        saved.wait(FALLBACK_SAVE_WAIT_S)
+        answered = saved.wait(FALLBACK_SAVE_WAIT_S)
+        if self._stop.is_set():
+            raise Stopped()   # withdrawn (or taken over) while it was being written down
+        if not (answered and saved.ok):
+            del self._memo["fallback_started"]
+            self._fallback_refused = True
+            why = "the record saying it starts could not be saved" if answered else "the save was not answered"
+            self._report(Remaining(s.notice_id, ("api-server:unreachable", "fallback:not-run-unsaved")))
+            self._report(Announce(s.notice_id, "drain.fallback", {
+                "ran": False, "reason": why, "command": list(s.fallback_command), "error": error[:300],
+                "down_for_ms": round(down_for_s * 1000)}))
+            return
         self._set_phase(Phase.FALLBACK)
         self._report(Announce(s.notice_id, "drain.fallback_started", {
             "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),

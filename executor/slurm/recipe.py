@@ -47,6 +47,7 @@ from executor.slurm.rules import (
     dry_run_jobs,
     is_agent_reason,
     local_plan,
+    names,
     new_memo,
     phase_at,
     remaining,
@@ -233,7 +234,10 @@ class SlurmDrain:
     def _through_controller(self, t: Tracked, ph: str, now: float) -> None:
         o, memo = t.order, t.memo
         node = self.cli.node_info(self.node)
-        if not node.drain_set:
+        # Our DRAIN names the governing notice: one that took the drain over renames it (an
+        # operator's drain is left as it is).
+        renamed = node.drain_set and is_agent_reason(node.reason) and not names(node.reason, o.notice_id)
+        if not node.drain_set or renamed:
             self._act(o.notice_id, "drain", lambda: self.cli.drain(
                 self.node, drain_reason(o.notice_id, o.kind, o.deadline)), now)
             # Read back: state is the proof, not the return code (and a DRAIN sent to a

@@ -33,6 +33,11 @@ def is_agent_reason(reason: str) -> bool:
     return reason.startswith(REASON_PREFIX)
 
 
+def names(reason: str, notice_id: str) -> bool:
+    """Does the agent's DRAIN reason name ``notice_id``?"""
+    return reason.startswith(f"{REASON_PREFIX}{notice_id} ")
+
+
 def phase_at(ends: PhaseEnds, now: float, level: str | None) -> str:
     """checkpoint | evict | kill: by our own clock or the verifier's level, whichever is further."""
     own = "checkpoint" if now < ends.checkpoint_by else "evict" if now < ends.evict_at else "kill"

@@ -81,8 +81,8 @@ class QuietShell:
     def emit(self, *args: object) -> None:
         pass
 
-    def save(self) -> None:
-        pass
+    def save(self) -> bool:
+        return True
 
     def publish(self) -> None:
         pass
