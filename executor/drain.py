@@ -172,8 +172,9 @@ class Drains:
         prev = self.service.governing
         self.service = self._serve()
         gov = self.service.governing
-        if gov is None or prev is None or gov == prev or prev not in self.records:
-            return
+        if (gov is None or prev is None or gov == prev or prev not in self.records
+                or self.records[prev].state != DrainState.RUNNING):
+            return   # nothing taken over: a drain that ended (or was withdrawn) leaves nothing to go on from
         if self._catch_up(gov, self.records[gov], prev, self.records[prev], now):
             self.save_now(now)
             self.shell.publish()
