@@ -43,5 +43,6 @@ class DrainSpec:
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
-        memo = {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
+        memo = {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported),
+                "reported_for": self.notice_id}
         return memo | ({"fallback_started": self.fallback_started} if self.fallback_started else {})

@@ -9,12 +9,9 @@ vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
 server does.
 
 When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in a
-row spanning ``down_after_s``), the drain waits for it, probing; it goes around
-it only as ``drain_plan.fallback_due`` allows (the contract's kinds, as late as
-leaves the kubelet its lead time, never in a dry run, once per notice) with the
-fallback command (``last_resort``): ``drain.fallback_started``, ``drain.fallback``.
-Back, it reconciles (``drain.reconciled``). 401, 403 and a failed TLS verification
-are a configuration error (``Problem``), never an outage.
+row spanning ``down_after_s``), the drain waits for it and may go around it
+(``executor.kube.outage``). 401, 403 and a failed TLS verification are a
+configuration error (``Problem``), never an outage.
 
 A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), then the state ``dry_run``.
 """
@@ -29,7 +26,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.recorder import Recorder
-from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, Step
 from executor.kube import last_resort, node_steps, pacing
 from executor.kube.answers import answer_of
@@ -41,10 +37,11 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
-from executor.kube.drain_plan import ApiHealth, fallback_due, next_turn
+from executor.kube.drain_plan import ApiHealth, next_turn
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
+from executor.kube.outage import LINGER_S, AroundTheServer, Stopped
 from executor.kube.pod_view import namespaces_of
 from executor.scheduler import (
     Announce,
@@ -55,7 +52,6 @@ from executor.scheduler import (
     Remaining,
     Remember,
     Report,
-    Saved,
     StepDone,
 )
 
@@ -64,17 +60,10 @@ if TYPE_CHECKING:
 
 IDLE_TURN_S = 1.0   # with no change (watches and new inputs wake the drain), replan this often
 RETRY_S = 0.5              # between attempts of a node step that failed
-PROBE_INTERVAL_S = 1.0
-LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
-FALLBACK_SAVE_WAIT_S = 5.0   # for the record saying the fallback starts to be on disk
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
 
 
-class Stopped(Exception):
-    """The drain was asked to stop (notice withdrawn, executor exiting)."""
-
-
-class DrainRunner:
+class DrainRunner(AroundTheServer):
     def __init__(self, spec: DrainSpec, make_api: Callable[[], KubeApi], report: Callable[[Report], None],
                  inputs: Inputs | None = None, clock: Callable[[], float] = time.time) -> None:
         self.spec = spec
@@ -356,76 +345,3 @@ class DrainRunner:
         answer = answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
                             else api.evict_pod(action.pod, action.grace_s))
         self._answers.put((action.uid, answer))
-
-    # -- around a server that is down ---------------------------------------------------
-    def _unanswered(self, api: KubeApi, error: str) -> None:
-        """One unanswered call. Once the server counts as down: wait for it, probing, and go
-        around it if (and only when) ``fallback_due`` says so; then reconcile."""
-        now = self._clock()
-        self._health.failed(now)
-        if not self._health.down(now, self.spec.down_after_s):
-            return
-        down_since = self._health.since or now
-        # What keeps the node from empty now, for the record (and the verdict, should it stay so).
-        self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)
-                               + (("fallback:not-run-unsaved",) if self._fallback_refused else ())))
-        while True:
-            now = self._clock()
-            if now > self.spec.deadline + LINGER_S:   # the machine is gone, or should be: stop trying
-                self._report(NewState(self.spec.notice_id, DrainState.ENDED))
-                raise Stopped()
-            # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
-            if not self._stop.is_set() and fallback_due(
-                    down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
-                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo or self._fallback_refused,
-                    now=now,
-                    at=self.spec.fallback_at):
-                self._fallback(error, now - down_since)
-            try:
-                api.get_node()
-                break
-            except Unreachable as e:
-                error = str(e)
-                self._wait(PROBE_INTERVAL_S)
-            except KubeError:
-                break   # an answer, even a refusal: the server is back
-        self._health.ok()
-        self._reconcile(api, down_since)
-
-    def _fallback(self, error: str, down_for_s: float) -> None:
-        """Written down (and durably on disk) before it runs: an executor killed meanwhile never runs it
-        twice. It runs only for a notice still active -- a withdrawal (or a takeover) stops this drain,
-        and is looked for again once the save is answered -- and never on a marker the disk refused."""
-        s, saved = self.spec, Saved()
-        self._memo["fallback_started"] = self._clock()
-        self._report(Remember(s.notice_id, copy.deepcopy(self._memo), saved))
-        answered = saved.wait(FALLBACK_SAVE_WAIT_S)
-        if self._stop.is_set():
-            raise Stopped()   # withdrawn (or taken over) while it was being written down
-        if not (answered and saved.ok):
-            del self._memo["fallback_started"]
-            self._fallback_refused = True
-            why = "the record saying it starts could not be saved" if answered else "the save was not answered"
-            self._report(Remaining(s.notice_id, ("api-server:unreachable", "fallback:not-run-unsaved")))
-            self._report(Announce(s.notice_id, "drain.fallback", {
-                "ran": False, "reason": why, "command": list(s.fallback_command), "error": error[:300],
-                "down_for_ms": round(down_for_s * 1000)}))
-            return
-        self._set_phase(Phase.FALLBACK)
-        self._report(Announce(s.notice_id, "drain.fallback_started", {
-            "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),
-            "at": format_rfc3339(s.fallback_at), "deadline": s.deadline_text}))
-        self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **last_resort.run_command(s.fallback_command),
-                   down_for_ms=round(down_for_s * 1000))
-
-    def _reconcile(self, api: KubeApi, down_since: float) -> None:
-        """The server is back: make the node's state what the drain says, and say what happened."""
-        s = self.spec
-        detail: dict[str, Any] = {"down_for_ms": round((self._clock() - down_since) * 1000)}
-        try:
-            detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
-            detail["remaining"] = node_steps.remaining_pods(api)
-            self._report(Remaining(s.notice_id, tuple(detail["remaining"])))
-        except (Unreachable, KubeError, NotOwnNode) as e:
-            detail["error"] = str(e)[:300]   # the loop that called us retries its own step
-        self._step(Step.RECONCILED, "drain.reconciled", **detail)

@@ -21,7 +21,7 @@ import os
 import random
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from common.http import TlsFiles
@@ -88,6 +88,8 @@ def memo_problem(memo: dict[str, Any]) -> str:
     bad = [k for k in ("evicted", "deleted") if not isinstance(memo.get(k, {}), dict)]
     if not isinstance(memo.get("reported", []), list):
         bad.append("reported")
+    if not isinstance(memo.get("reported_for", ""), str):
+        bad.append("reported_for")
     started = memo.get("fallback_started", 0.0)
     if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
         bad.append("fallback_started")
@@ -103,10 +105,19 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
         pdb_blocked=o.pdb_blocked, exclude_from_lb=o.exclude_from_lb, down_after_s=down_after(o.budget.evict_s),
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
         evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
-        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run,
+        reported=_reported(memo, o.notice_id), dry_run=config.executor.dry_run,
         fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
         fallback_started=float(memo.get("fallback_started") or 0.0),
         write_spread_s=o.contract.first_write_spread_ms / 1000.0)
+
+
+def _reported(memo: Mapping[str, Any], notice_id: str) -> tuple[str, ...]:
+    """The PDB-blocked pods already reported for this notice. A notice that takes a drain over says
+    them again under its own id (its verdict's evidence); a record written before ``reported_for``
+    was kept is its own notice's."""
+    if memo.get("reported_for", notice_id) != notice_id:
+        return ()
+    return tuple(str(u) for u in memo.get("reported") or ())
 
 
 def inputs_of(o: Order) -> Inputs:

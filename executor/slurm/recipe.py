@@ -5,8 +5,8 @@ The Slurm scheduler's worker thread (``executor.slurm.scheduler``) calls
 the drain core handed over. Each call re-reads Slurm's real state and does what
 is still missing, so an executor restarted mid-drain simply carries on:
 
-1. DRAIN the node with a reason naming the notice (unless it is already
-   drained -- an operator's drain is left as it is), then read the state back:
+1. DRAIN the node with a reason naming the governing notice (renamed when another takes
+   the drain over; an operator's drain is left as it is), then read the state back:
    a timed-out call may still land, only state proves anything.
 2. Until the checkpoint cutoff, signal every RUNNING job once
    (``scancel --signal --batch|--full``); the agent socket clients are told by
@@ -23,10 +23,9 @@ checkpoint signal, then TERM, then KILL. Once the controller answers again the
 DRAIN is (re)applied, the state re-read and ``drain.reconciled`` recorded.
 
 The decisions are pure functions in ``executor.slurm.rules``; this module does the I/O.
-What must not be repeated is written down before it is done (the memo, which
-``Out.remember`` returns from only once the executor has it on disk): a
-checkpoint signal and each local signal go out at most once per job. A requeue is safe to repeat while the job still runs here (a
-requeue that landed moved it off RUNNING), so it is retried after a pause.
+What must not be repeated is written down first (the memo; ``Out.remember`` returns once
+the executor has it on disk): a checkpoint signal and each local signal go out at most once
+per job; a requeue is safe to repeat while the job still runs here (one that landed moved it).
 """
 from __future__ import annotations
 
@@ -44,10 +43,10 @@ from executor.slurm import local as slurm_local
 from executor.slurm.cli import NotOwnNode, NotRequeueable, Probe, SlurmCli, SlurmError, Unreachable
 from executor.slurm.rules import (
     drain_reason,
+    drain_wanted,
     dry_run_jobs,
     is_agent_reason,
     local_plan,
-    names,
     new_memo,
     phase_at,
     remaining,
@@ -234,10 +233,7 @@ class SlurmDrain:
     def _through_controller(self, t: Tracked, ph: str, now: float) -> None:
         o, memo = t.order, t.memo
         node = self.cli.node_info(self.node)
-        # Our DRAIN names the governing notice: one that took the drain over renames it (an
-        # operator's drain is left as it is).
-        renamed = node.drain_set and is_agent_reason(node.reason) and not names(node.reason, o.notice_id)
-        if not node.drain_set or renamed:
+        if drain_wanted(node, o.notice_id):
             self._act(o.notice_id, "drain", lambda: self.cli.drain(
                 self.node, drain_reason(o.notice_id, o.kind, o.deadline)), now)
             # Read back: state is the proof, not the return code (and a DRAIN sent to a

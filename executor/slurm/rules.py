@@ -33,9 +33,12 @@ def is_agent_reason(reason: str) -> bool:
     return reason.startswith(REASON_PREFIX)
 
 
-def names(reason: str, notice_id: str) -> bool:
-    """Does the agent's DRAIN reason name ``notice_id``?"""
-    return reason.startswith(f"{REASON_PREFIX}{notice_id} ")
+def drain_wanted(node: NodeInfo, notice_id: str) -> bool:
+    """DRAIN (again) for the drain of ``notice_id``: the node is not drained, or the agent's own DRAIN
+    names another notice -- one that took the drain over renames it. An operator's drain is left."""
+    if not node.drain_set:
+        return True
+    return is_agent_reason(node.reason) and not node.reason.startswith(f"{REASON_PREFIX}{notice_id} ")
 
 
 def phase_at(ends: PhaseEnds, now: float, level: str | None) -> str:
