@@ -10,7 +10,6 @@ Back, it makes the node what the drain says (``drain.reconciled``).
 """
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ from executor.kube import last_resort, node_steps
 from executor.kube.api import KubeApi, KubeError, NotOwnNode, Unreachable
 from executor.kube.drain_plan import ApiHealth, fallback_due
 from executor.kube.drain_spec import DrainSpec
+from executor.kube.memo import KubeMemo
 from executor.scheduler import Announce, NewState, Remaining, Remember, Report, Saved
 
 PROBE_INTERVAL_S = 1.0
@@ -41,7 +41,7 @@ class AroundTheServer:
     _health: ApiHealth
     _stop: threading.Event
     _steps: set[str]
-    _memo: dict[str, Any]
+    _memo: KubeMemo
     _fallback_refused: bool
 
     def _report(self, r: Report) -> None:
@@ -75,7 +75,8 @@ class AroundTheServer:
             # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
             if not self._stop.is_set() and fallback_due(
                     down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
-                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo or self._fallback_refused,
+                    done=Step.FALLBACK in self._steps or self._memo.fallback_started is not None
+                    or self._fallback_refused,
                     now=now, at=self.spec.fallback_at):
                 self._fallback(error, now - down_since)
             try:
@@ -94,13 +95,13 @@ class AroundTheServer:
         twice. It runs only for a notice still active -- a withdrawal (or a takeover) stops this drain,
         and is looked for again once the save is answered -- and never on a marker the disk refused."""
         s, saved = self.spec, Saved()
-        self._memo["fallback_started"] = self._clock()
-        self._report(Remember(s.notice_id, copy.deepcopy(self._memo), saved))
+        self._memo.fallback_started = self._clock()
+        self._report(Remember(s.notice_id, self._memo.to_dict(), saved))
         answered = saved.wait(FALLBACK_SAVE_WAIT_S)
         if self._stop.is_set():
             raise Stopped()   # withdrawn (or taken over) while it was being written down
         if not (answered and saved.ok):
-            del self._memo["fallback_started"]
+            self._memo.fallback_started = None
             self._fallback_refused = True
             why = "the record saying it starts could not be saved" if answered else "the save was not answered"
             self._report(Remaining(s.notice_id, ("api-server:unreachable", NOT_RUN)))

@@ -74,7 +74,10 @@ class DrainRunner(AroundTheServer):
         self._clock = clock
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
-        self._memo = spec.memo()
+        self._memo = copy.deepcopy(spec.memo)
+        if self._memo.reported_for != spec.notice_id:
+            # Taken over (or an older record): the blocked pods are said again, under this notice.
+            self._memo.reported, self._memo.reported_for = list(self._memo.reported_by(spec.notice_id)), spec.notice_id
         self._local = threading.local()
         self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
@@ -210,8 +213,8 @@ class DrainRunner(AroundTheServer):
 
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
-        book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.evicted),
-                            deleted=frozenset(s.deleted), reported=frozenset(s.reported))
+        book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.memo.evicted),
+                            deleted=frozenset(s.memo.deleted), reported=frozenset(self._memo.reported))
         # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
         # uses (docs/footprint.md); the first drain pays it.
         from concurrent.futures import ThreadPoolExecutor
@@ -241,7 +244,7 @@ class DrainRunner(AroundTheServer):
                     self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
                 if book.empty() and not book.in_flight() and sight.confirmed:
-                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
+                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.memo.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)
@@ -318,13 +321,13 @@ class DrainRunner(AroundTheServer):
                 step = Step.EVICTED if e.event == "drain.evicted" else Step.DELETED
                 if step == Step.EVICTED:
                     self._evicted += 1
-                self._memo[step][uid] = pod
+                (self._memo.evicted if step == Step.EVICTED else self._memo.deleted)[uid] = pod
                 self._report(StepDone(nid, step))
             elif e.event == "drain.eviction_blocked":
-                self._memo["reported"].append(uid)
+                self._memo.reported.append(uid)
             else:
                 continue
-            self._report(Remember(nid, copy.deepcopy(self._memo)))
+            self._report(Remember(nid, self._memo.to_dict()))
 
     def _pdbs_of(self, api: KubeApi, pods: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """The PDBs of the namespaces these pods are in (a dry run's one read), None if unreadable."""

@@ -16,12 +16,11 @@ is made, not at the next poll timeout.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import ssl
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.http import TlsFiles
@@ -32,6 +31,7 @@ from executor.kube.api import KubeApi, KubeError, NotOwnNode, Throttled, Unreach
 from executor.kube.drain_plan import down_after
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Inputs
+from executor.kube.memo import KubeMemo
 from executor.kube.runner import DrainRunner
 from executor.scheduler import Announce, Log, Marker, NewState, Order, Report, ReportQueue, StepDone, Withdrawal
 
@@ -85,39 +85,19 @@ def build(config: Config, log: Logger) -> KubeScheduler | None:
 
 def memo_problem(memo: dict[str, Any]) -> str:
     """Why a drain record's Kubernetes memory cannot be used, or ""."""
-    bad = [k for k in ("evicted", "deleted") if not isinstance(memo.get(k, {}), dict)]
-    if not isinstance(memo.get("reported", []), list):
-        bad.append("reported")
-    if not isinstance(memo.get("reported_for", ""), str):
-        bad.append("reported_for")
-    started = memo.get("fallback_started", 0.0)
-    if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
-        bad.append("fallback_started")
-    return f"wrong type: {bad}" if bad else ""
+    return KubeMemo.problem(memo)
 
 
 def drain_spec(o: Order, config: Config) -> DrainSpec:
     """The runner's fixed inputs, from the order (pure)."""
-    memo = o.memo
     return DrainSpec(
         notice_id=o.notice_id, kind=o.kind, deadline=o.deadline, deadline_text=format_rfc3339(o.deadline),
         received_at=o.received_at, ends=o.ends, taint_key=o.taint_key, cordon_only=o.cordon_only,
         pdb_blocked=o.pdb_blocked, exclude_from_lb=o.exclude_from_lb, down_after_s=down_after(o.budget.evict_s),
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
-        evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
-        reported=_reported(memo, o.notice_id), dry_run=config.executor.dry_run,
+        memo=KubeMemo.from_dict(o.memo), dry_run=config.executor.dry_run,
         fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
-        fallback_started=float(memo.get("fallback_started") or 0.0),
         write_spread_s=o.contract.first_write_spread_ms / 1000.0)
-
-
-def _reported(memo: Mapping[str, Any], notice_id: str) -> tuple[str, ...]:
-    """The PDB-blocked pods already reported for this notice. A notice that takes a drain over says
-    them again under its own id (its verdict's evidence); a record written before ``reported_for``
-    was kept is its own notice's."""
-    if memo.get("reported_for", notice_id) != notice_id:
-        return ()
-    return tuple(str(u) for u in memo.get("reported") or ())
 
 
 def inputs_of(o: Order) -> Inputs:
