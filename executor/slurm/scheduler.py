@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from executor.scheduler import Log, Order, Remember, Report, ReportQueue, Saved, Withdrawal
 from executor.slurm.cli import SlurmCli
+from executor.slurm.memo import memo_problem
 from executor.slurm.recipe import SlurmDrain, Tracked
-from executor.slurm.rules import memo_problem
 
 if TYPE_CHECKING:
     from common.config import Config
