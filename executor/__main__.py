@@ -62,9 +62,9 @@ class Executor:
     def emit(self, type: EventType, notice_id: str, data: dict[str, Any], now: float) -> object:
         return self.spool.emit(type, notice_id, data, now)
 
-    def save(self) -> None:
+    def save(self) -> bool:
         progress_file.prune(self.drains.records, self.drains.active.keys(), self.drains.withdrawn)
-        progress_file.save(self.state, self.drains.records)
+        return progress_file.save(self.state, self.drains.records)
 
     def publish(self) -> None:
         body = progress.encode_progress(self.drains.records, self.drains.active.keys())

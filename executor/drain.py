@@ -1,19 +1,28 @@
 """The drain core: the recipe every drain follows, whatever the scheduler.
 
-Each turn of the executor's loop (``turn``), for every notice active on this node:
+A node has one drain, however many notices are active (DESIGN.md section 9, "Many
+notices at once"): ``executor.governing`` picks the notice that governs it (the
+earliest deadline) and the notices it serves. Each turn of the executor's loop
+(``turn``):
 
-1. **start the record** the first time the notice is seen -- on the contract heard
-   from the watcher, whose budget and choices the drain keeps to its end -- and save
-   it before ``drain.started`` is announced, so a restart never starts it twice;
+1. **start the record** of every notice the first time it is seen -- on the contract
+   heard from the watcher, whose budget and choices the drain keeps to its end -- and
+   save it before ``drain.started`` is announced, so a restart never starts it twice;
 2. **tell the clients** on the agent socket: once the node is cordoned, or
    ``TELL_CLIENTS_AFTER_S`` after receipt whatever the scheduler does;
-3. **advance the scheduler** with an ``Order``: what to do (the policy for the
-   notice's kind), by when (``common.wire.phase_ends``), how far the verifier has
-   escalated, which pods still checkpoint.
+3. **bring the served records up to the drain**: what the governing drain did (its
+   steps, what is left, its phase, its memory) is what every notice it serves sees,
+   so each still gets its own verdict, naming what held it up;
+4. **advance the scheduler** with the governing notice's ``Order``: what to do (the
+   policy for its kind), by when (``common.wire.phase_ends``), how far the verifier
+   has escalated, which pods still checkpoint. When a more urgent notice arrives,
+   the next order names it, and the scheduler hands the drain over.
 
-A withdrawn notice: its clients are told, and the scheduler gets a ``Withdrawal``.
-Then, whenever the scheduler reports (``on_reports``), **apply its reports** to the
-records, and **finish**: an end state stops the advancing. Records are saved
+A withdrawn notice: its clients are told, and the scheduler gets a ``Withdrawal``
+that undoes what the drain did to the node only if no other active notice still
+wants it (``Withdrawal.keep``). Then, whenever the scheduler reports (``on_reports``),
+**apply its reports** to the records -- the governing drain's to every notice it
+serves -- and **finish**: an end state stops the advancing. Records are saved
 (``executor.json``) and published for the verifier as they change.
 
 No I/O here but through what the executor hands in: the scheduler, the clients
@@ -25,6 +34,7 @@ neither holds the clients' notice nor the saves for as long as the step.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,10 +44,12 @@ from common.events import EventType
 from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
+from executor.governing import Candidate, Service, Want, serve
 from executor.scheduler import (
     Announce,
     InPhase,
     Log,
+    Marker,
     NewState,
     Order,
     Problem,
@@ -65,11 +77,29 @@ class Shell(Protocol):
     def emit(self, type: EventType, notice_id: str, data: dict[str, Any], now: float) -> object:
         """Send an event to the spool."""
 
-    def save(self) -> None:
-        """Write every record to executor.json."""
+    def save(self) -> bool:
+        """Write every record to executor.json; True once it is durably there."""
 
     def publish(self) -> None:
         """Send every record on executor.pub."""
+
+
+# What the governing drain did that every notice it serves has seen done; the steps announced again
+# for each of them (a served notice's own record then reads like a drain of its own).
+_SHARED_STEPS = (Step.LB_EXCLUDED, Step.CORDONED, Step.SIGNALLED, Step.EVICTED, Step.DELETED, Step.REQUEUED,
+                 Step.FALLBACK, Step.RECONCILED, Step.NODE_EMPTY)
+_SHARED_EVENTS: dict[str, EventType] = {Step.CORDONED: "drain.cordoned", Step.NODE_EMPTY: "drain.node_empty",
+                  Step.FALLBACK: "drain.fallback"}
+# The governing drain's end, shared by every notice it serves (ENDED is its own deadline's, not theirs).
+_SHARED_ENDS = (DrainState.DONE, DrainState.CORDONED_ONLY, DrainState.DRY_RUN)
+
+
+def want_of(rec: DrainRecord) -> Want:
+    """What the notice of ``rec`` wants of the node now (executor.governing). A finished drain still
+    wants its cordon: the node stays closed until the notice is withdrawn or the machine goes."""
+    if rec.policy == "ignore" or rec.state in (DrainState.WITHDRAWN, DrainState.DRY_RUN, DrainState.IGNORED):
+        return Want.NOTHING
+    return Want.DRAIN if rec.policy == "drain" else Want.CORDON
 
 
 class Drains:
@@ -93,6 +123,7 @@ class Drains:
         self.unsaved, self.saved_at = False, MonoTime(float("-inf"))
         self.mono = MonoTime(0.0)                  # the monotonic clock as of the last turn
         self.first_seen: dict[str, MonoTime] = {}  # notice id -> when this process first saw it
+        self.service = Service()   # the node's one drain, as of the last turn
 
     @property
     def busy(self) -> bool:
@@ -106,11 +137,13 @@ class Drains:
                            for nid in self.active}
         for n in list(self.active.values()):
             rec = self.records.get(n.id) or self._start(n, now)
-            if rec is None:
-                continue
-            self._tell_clients(n, rec, now)
-            if rec.state == DrainState.RUNNING and self.scheduler is not None:
-                self.scheduler.advance(self._order(n, rec), now)
+            if rec is not None:
+                self._tell_clients(n, rec, now)
+        self._take_over(now)
+        self._bring_up(now)
+        gov = self.service.governing
+        if gov is not None and self.scheduler is not None:
+            self.scheduler.advance(self._order(self.active[gov], self.records[gov]), now)
         for nid in self.withdrawn:
             self._withdraw(nid, now)
         if self.clients is not None:
@@ -125,6 +158,7 @@ class Drains:
         for r in self.scheduler.reports():
             changed = self._apply(r, now) or changed
         if changed:
+            self._bring_up(now)
             self.shell.publish()
             self.unsaved = True
         # A restart re-reads the scheduler anyway (an evicted pod shows as terminating), so
@@ -132,9 +166,77 @@ class Drains:
         if self.unsaved and mono - self.saved_at >= SAVE_EVERY_S:
             self.save_now(now)
 
-    def save_now(self, now: float) -> None:
+    def save_now(self, now: float) -> bool:
+        """Every record to disk; True once it is durably there."""
         self.unsaved, self.saved_at = False, self.mono
-        self.shell.save()
+        return self.shell.save()
+
+    # -- the node's one drain ----------------------------------------------------------------
+    def _serve(self) -> Service:
+        return serve(Candidate(nid, n.deadline, want_of(rec), rec.state == DrainState.RUNNING)
+                     for nid, n in self.active.items()
+                     if nid not in self.withdrawn and (rec := self.records.get(nid)) is not None)
+
+    def _take_over(self, now: float) -> None:
+        """The node's drain for this turn. A notice that takes it over starts where the drain was
+        (cordoned, what is left, its memory), so nothing is done twice and its record never reads
+        emptier than the node; its own runner then marks the node for it."""
+        prev = self.service.governing
+        self.service = self._serve()
+        gov = self.service.governing
+        if (gov is None or prev is None or gov == prev or prev not in self.records
+                or self.records[prev].state != DrainState.RUNNING):
+            return   # nothing taken over: a drain that ended (or was withdrawn) leaves nothing to go on from
+        if self._catch_up(gov, self.records[gov], prev, self.records[prev], now):
+            self.save_now(now)
+            self.shell.publish()
+            self.service = self._serve()   # a cordon-only notice may have got all it wants
+
+    def _served(self) -> list[tuple[str, DrainRecord]]:
+        """The running records the governing drain works for, itself excluded."""
+        out = []
+        for nid in self.service.served[1:]:
+            rec = self.records.get(nid)
+            if rec is not None and rec.state == DrainState.RUNNING and nid in self.active and nid not in self.withdrawn:
+                out.append((nid, rec))
+        return out
+
+    def _bring_up(self, now: float) -> None:
+        """Every served record up to the governing drain: its steps (announced where a drain of its
+        own would announce them), what is left, its phase, its memory -- so a notice that takes the
+        drain over carries on where it was, and each verdict names what held its notice up."""
+        gov_id = self.service.governing
+        gov = self.records.get(gov_id) if gov_id is not None else None
+        if gov_id is None or gov is None:
+            return
+        changed = False
+        for nid, rec in self._served():
+            changed = self._catch_up(nid, rec, gov_id, gov, now) or changed
+        if changed:
+            self.save_now(now)
+            self.shell.publish()
+
+    def _catch_up(self, nid: str, rec: DrainRecord, gov_id: str, gov: DrainRecord, now: float) -> bool:
+        """One served record up to the governing one; True if it changed."""
+        changed = False
+        for step in _SHARED_STEPS:
+            if step in gov.steps and step not in rec.steps:
+                rec.steps[step] = max(gov.steps[step], rec.received_at)
+                changed = True
+                if step in _SHARED_EVENTS:
+                    self._announce(nid, _SHARED_EVENTS[step], {"drain_of": gov_id, "kind": gov.kind}, now)
+        if gov.remaining is not None and rec.remaining != gov.remaining:
+            rec.remaining, changed = list(gov.remaining), True
+        if gov.phase and rec.phase != gov.phase:
+            rec.phase, changed = gov.phase, True
+        if gov.memo and rec.memo != gov.memo:
+            rec.memo, changed = copy.deepcopy(gov.memo), True
+        if gov.problem and rec.problem != gov.problem:
+            rec.problem, changed = gov.problem, True
+            rec.steps.setdefault(Step.CONFIG_ERROR, now)
+        if rec.policy != "drain" and Step.CORDONED in rec.steps:
+            rec.state, changed = DrainState.CORDONED_ONLY, True   # all a cordon-only notice wants
+        return changed
 
     # -- 1. start the record -------------------------------------------------------------
     def _start(self, n: Notice, now: float) -> DrainRecord | None:
@@ -202,8 +304,14 @@ class Drains:
         rec = self.records.get(nid)
         if rec is None or rec.state == DrainState.WITHDRAWN or self.scheduler is None:
             return
+        # Undo only what no active notice still wants; while one does, the marks name the governing one.
+        keep = self.service.marking - {nid}
+        marker = None
+        if keep and self.service.marker in self.active:
+            n = self.active[self.service.marker]
+            marker = Marker(n.id, n.kind, n.deadline)
         self.scheduler.withdraw(Withdrawal(nid, rec.taint_key, frozenset(rec.steps), rec.memo,
-                                           others_active=bool(self.active.keys() - {nid})), now)
+                                           others_active=bool(keep), keep=frozenset(keep), marker=marker), now)
 
     # -- 4. apply its reports, finish ------------------------------------------------------
     def _apply(self, r: Report, now: float) -> bool:
@@ -241,14 +349,19 @@ class Drains:
         if rec.state == DrainState.WITHDRAWN or (r.state != DrainState.WITHDRAWN and r.notice_id in self.withdrawn):
             return False   # a late report from a drain that was stopped
         rec.state = r.state
+        if r.notice_id == self.service.governing and r.state in _SHARED_ENDS:
+            # The node's one drain ended: so did every notice it served (by its own policy).
+            self._bring_up(now)
+            for _, other in self._served():
+                other.state = (DrainState.CORDONED_ONLY if r.state == DrainState.DONE and other.policy != "drain"
+                               else r.state)
         self.save_now(now)
         return True
 
     def _on_remember(self, r: Remember, rec: DrainRecord, now: float) -> bool:
         rec.memo = dict(r.memo)
         if r.saved is not None:
-            self.save_now(now)
-            r.saved.set()
+            r.saved.set(self.save_now(now))
         return True
 
     def _on_problem(self, r: Problem, rec: DrainRecord, now: float) -> bool:

@@ -1,8 +1,10 @@
 """What the drain core asks of a scheduler, and how a scheduler answers: one Protocol, one Report vocabulary.
 
 On every turn of the executor's loop the core (``executor.drain``) hands the
-scheduler an ``Order`` for each running drain and a ``Withdrawal`` for each
-withdrawn notice. The scheduler does the work on its own threads -- its calls
+scheduler the ``Order`` of the node's one drain -- that of the governing notice
+(``executor.governing``); a new notice id in it means another notice took the
+drain over, and the scheduler stops whatever it ran for the previous one -- and
+a ``Withdrawal`` for each withdrawn notice. The scheduler does the work on its own threads -- its calls
 block (HTTP to the API server, Slurm's command-line tools, subprocesses) -- and
 answers with ``Report`` values that the loop collects when ``fileno()`` is
 readable. Every method returns at once: the loop never waits on a scheduler.
@@ -64,14 +66,26 @@ class Order:
 
 
 @dataclass(frozen=True, slots=True)
+class Marker:
+    """The notice the node's marks name (the taint value, the annotation): the governing one."""
+
+    notice_id: str
+    kind: str
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
 class Withdrawal:
-    """A withdrawn notice whose drain is to be stopped and undone."""
+    """A withdrawn notice whose drain is to be stopped -- and what it did to the node undone, unless
+    another active notice still wants it (``keep``): then the marks are pointed at ``marker``."""
 
     notice_id: str
     taint_key: str
     steps_done: frozenset[str] = frozenset()
     memo: Mapping[str, Any] = field(default_factory=dict)
-    others_active: bool = False   # another notice still needs the node drained
+    others_active: bool = False   # another notice still needs the node marked: undo nothing
+    keep: frozenset[str] = frozenset()   # those notices (an annotation naming one of them is theirs)
+    marker: Marker | None = None         # whom the marks name from now on (None: no change)
 
 
 # -- reports: the one vocabulary every scheduler answers in -----------------------------------
@@ -129,6 +143,23 @@ class Log:
     level: str = "warning"
 
 
+class Saved:
+    """The core's answer to a ``Remember`` that waits: set once the save was tried, ``ok`` if the
+    record is durably on disk (a state dir that refused it leaves ``ok`` false)."""
+
+    def __init__(self) -> None:
+        self._answered = threading.Event()
+        self.ok = False
+
+    def set(self, ok: bool = True) -> None:
+        self.ok = ok
+        self._answered.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once answered (ok or not); False if ``timeout`` passed first."""
+        return self._answered.wait(timeout)
+
+
 @dataclass(frozen=True, slots=True)
 class Remember:
     """Persist the scheduler's memory in the record. With ``saved``, the scheduler waits until the
@@ -136,7 +167,7 @@ class Remember:
 
     notice_id: str
     memo: dict[str, Any]
-    saved: threading.Event | None = field(default=None, compare=False)
+    saved: Saved | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,10 @@ fallback planning (last_resort) and the benches share one definition.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from common.wire import PhaseEnds
+from executor.kube.memo import KubeMemo
 
 WORKERS = 8                # measured: more parallel evictions only collide (research notes)
 
@@ -31,17 +30,9 @@ class DrainSpec:
     down_after_s: float
     fallback_command: tuple[str, ...] = ()
     steps_done: frozenset[str] = frozenset()
-    evicted: Mapping[str, str] = field(default_factory=dict)   # pod uid -> ns/name an earlier run evicted
-    deleted: Mapping[str, str] = field(default_factory=dict)
-    reported: tuple[str, ...] = ()                             # uids reported as PDB-blocked
+    memo: KubeMemo = field(default_factory=KubeMemo)   # what earlier runs did (the runner works on a copy)
     dry_run: bool = False
     workers: int = WORKERS
     fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
     fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
-    fallback_started: float = 0.0           # an earlier run started the fallback then (from the memo)
     write_spread_s: float = 0.0   # the contract's spread of the hall's eviction starts (after the cordon)
-
-    def memo(self) -> dict[str, Any]:
-        """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""
-        memo = {"evicted": dict(self.evicted), "deleted": dict(self.deleted), "reported": list(self.reported)}
-        return memo | ({"fallback_started": self.fallback_started} if self.fallback_started else {})

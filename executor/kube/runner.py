@@ -10,12 +10,9 @@ vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
 server does.
 
 When the API server stops answering (``DOWN_AFTER_CALLS`` unanswered calls in a
-row spanning ``down_after_s``), the drain waits for it, probing; it goes around
-it only as ``drain_plan.fallback_due`` allows (the contract's kinds, as late as
-leaves the kubelet its lead time, never in a dry run, once per notice) with the
-fallback command (``last_resort``): ``drain.fallback_started``, ``drain.fallback``.
-Back, it reconciles (``drain.reconciled``). 401, 403 and a failed TLS verification
-are a configuration error (``Problem``), never an outage.
+row spanning ``down_after_s``), the drain waits for it and may go around it
+(``executor.kube.outage``). 401, 403 and a failed TLS verification are a
+configuration error (``Problem``), never an outage.
 
 A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), then the state ``dry_run``.
 """
@@ -32,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from common.clock import MonoTime, moment, mono
 from common.events import EventType
 from common.recorder import Recorder
-from common.timefmt import format_rfc3339
 from common.wire import DrainState, Phase, Step
 from executor.kube import last_resort, node_steps, pacing
 from executor.kube.answers import answer_of
@@ -44,29 +40,33 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
-from executor.kube.drain_plan import ApiHealth, fallback_due, next_turn
+from executor.kube.drain_plan import ApiHealth, next_turn
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
+from executor.kube.outage import LINGER_S, AroundTheServer, Stopped
 from executor.kube.pod_view import namespaces_of
-from executor.scheduler import Announce, InPhase, Log, NewState, Problem, Remaining, Remember, Report, StepDone
+from executor.scheduler import (
+    Announce,
+    InPhase,
+    Log,
+    NewState,
+    Problem,
+    Remaining,
+    Remember,
+    Report,
+    StepDone,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 IDLE_TURN_S = 1.0   # with no change (watches and new inputs wake the drain), replan this often
 RETRY_S = 0.5              # between attempts of a node step that failed
-PROBE_INTERVAL_S = 1.0
-LINGER_S = 30.0            # past the deadline the machine is gone: stop trying
-FALLBACK_SAVE_WAIT_S = 5.0   # for the record saying the fallback starts to be on disk
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
 
 
-class Stopped(Exception):
-    """The drain was asked to stop (notice withdrawn, executor exiting)."""
-
-
-class DrainRunner:
+class DrainRunner(AroundTheServer):
     def __init__(self, spec: DrainSpec, make_api: Callable[[], KubeApi], report: Callable[[Report], None],
                  inputs: Inputs | None = None, clock: Callable[[], float] = time.time) -> None:
         self.spec = spec
@@ -77,13 +77,17 @@ class DrainRunner:
         self._clock = clock   # the wall clock: deadlines, timestamps; intervals are on mono()
         self._stop = threading.Event()
         self._steps = set(spec.steps_done)
-        self._memo = spec.memo()
+        self._memo = copy.deepcopy(spec.memo)
+        if self._memo.reported_for != spec.notice_id:
+            # Taken over (or an older record): the blocked pods are said again, under this notice.
+            self._memo.reported, self._memo.reported_for = list(self._memo.reported_by(spec.notice_id)), spec.notice_id
         self._local = threading.local()
         self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
         self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
+        self._fallback_refused = False   # its marker could not be saved: not run, not tried again
         # Coordinator thread only (the workers report through the answers queue).
         self._warnings: Recorder[str] = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
                                   WARN_REPEAT_S, mono)
@@ -106,6 +110,7 @@ class DrainRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        self._answers.put(("", None))   # wake the drain if it waits for answers: it stops at once
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -189,26 +194,31 @@ class DrainRunner:
     def _spread_evictions(self, node: str) -> None:
         """The hall's agents got their notices in the same second: each cordons at once (the write
         that stops new pods landing), then starts its evictions at its own offset in the spread."""
-        if not (self.spec.evicted or self.spec.deleted):   # a restarted drain had begun: go on
+        if not (self.spec.memo.evicted or self.spec.memo.deleted):   # a restarted drain had begun: go on
             self._wait(pacing.eviction_spread_delay(node, self.spec.write_spread_s))
 
     def _node_steps(self, api: KubeApi) -> None:
+        """Label, cordon and taint. Done again by a drain that takes over (or restarts) even when the
+        record says it is done: idempotent, and the taint value and the annotation name this notice."""
         s = self.spec
-        if s.exclude_from_lb and Step.LB_EXCLUDED not in self._steps:
-            self._set_phase(Phase.CORDON)
+        if s.exclude_from_lb:
+            if Step.LB_EXCLUDED not in self._steps:
+                self._set_phase(Phase.CORDON)
             self._call_node(api, lambda: node_steps.exclude_from_lb(api))
-            self._step(Step.LB_EXCLUDED)
+            if Step.LB_EXCLUDED not in self._steps:
+                self._step(Step.LB_EXCLUDED)
         if Step.CORDONED not in self._steps:
             self._set_phase(Phase.CORDON)
-            done = self._call_node(api, lambda: node_steps.cordon_and_taint(
-                api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+        done = self._call_node(api, lambda: node_steps.cordon_and_taint(
+            api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+        if Step.CORDONED not in self._steps:
             self._step(Step.CORDONED, "drain.cordoned", taint_key=s.taint_key,
                        lb_excluded=Step.LB_EXCLUDED in self._steps, **done)
 
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
-        book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.evicted),
-                            deleted=frozenset(s.deleted), reported=frozenset(s.reported))
+        book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.memo.evicted),
+                            deleted=frozenset(s.memo.deleted), reported=frozenset(self._memo.reported))
         # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
         # uses (docs/footprint.md); the first drain pays it.
         from concurrent.futures import ThreadPoolExecutor
@@ -238,7 +248,7 @@ class DrainRunner:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
                 if book.empty() and not book.in_flight() and sight.confirmed:
-                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
+                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.memo.evicted) + self._evicted)
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)
@@ -315,13 +325,13 @@ class DrainRunner:
                 step = Step.EVICTED if e.event == "drain.evicted" else Step.DELETED
                 if step == Step.EVICTED:
                     self._evicted += 1
-                self._memo[step][uid] = pod
+                (self._memo.evicted if step == Step.EVICTED else self._memo.deleted)[uid] = pod
                 self._report(StepDone(nid, step))
             elif e.event == "drain.eviction_blocked":
-                self._memo["reported"].append(uid)
+                self._memo.reported.append(uid)
             else:
                 continue
-            self._report(Remember(nid, copy.deepcopy(self._memo)))
+            self._report(Remember(nid, self._memo.to_dict()))
 
     def _pdbs_of(self, api: KubeApi, pods: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """The PDBs of the namespaces these pods are in (a dry run's one read), None if unreadable."""
@@ -342,61 +352,3 @@ class DrainRunner:
         answer = answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
                             else api.evict_pod(action.pod, action.grace_s))
         self._answers.put((action.uid, answer))
-
-    # -- around a server that is down ---------------------------------------------------
-    def _unanswered(self, api: KubeApi, error: str) -> None:
-        """One unanswered call. Once the server counts as down: wait for it, probing, and go
-        around it if (and only when) ``fallback_due`` says so; then reconcile."""
-        since = mono()   # "down for" is an interval: monotonic
-        self._health.failed(since)
-        if not self._health.down(since, self.spec.down_after_s):
-            return
-        down_since = self._health.since or since
-        # What keeps the node from empty now, for the record (and the verdict, should it stay so).
-        self._report(Remaining(self.spec.notice_id, ("api-server:unreachable",)))
-        while True:
-            now = self._clock()
-            if now > self.spec.deadline + LINGER_S:   # the machine is gone, or should be: stop trying
-                self._report(NewState(self.spec.notice_id, DrainState.ENDED))
-                raise Stopped()
-            # A withdrawn (cancelled) notice's drain is being stopped: never go around for it.
-            if not self._stop.is_set() and fallback_due(
-                    down=True, allowed=self.spec.fallback_allowed, dry_run=self.spec.dry_run,
-                    done=Step.FALLBACK in self._steps or "fallback_started" in self._memo, now=now,
-                    at=self.spec.fallback_at):
-                self._fallback(error, mono() - down_since)
-            try:
-                api.get_node()
-                break
-            except Unreachable as e:
-                error = str(e)
-                self._wait(PROBE_INTERVAL_S)
-            except KubeError:
-                break   # an answer, even a refusal: the server is back
-        self._health.ok()
-        self._reconcile(api, down_since)
-
-    def _fallback(self, error: str, down_for_s: float) -> None:
-        """Written down (and on disk) before it runs: an executor killed meanwhile never runs it twice."""
-        s, saved = self.spec, threading.Event()
-        self._memo["fallback_started"] = self._clock()
-        self._report(Remember(s.notice_id, copy.deepcopy(self._memo), saved))
-        saved.wait(FALLBACK_SAVE_WAIT_S)
-        self._set_phase(Phase.FALLBACK)
-        self._report(Announce(s.notice_id, "drain.fallback_started", {
-            "command": list(s.fallback_command), "error": error[:300], "down_for_ms": round(down_for_s * 1000),
-            "at": format_rfc3339(s.fallback_at), "deadline": s.deadline_text}))
-        self._step(Step.FALLBACK, "drain.fallback", error=error[:300], **last_resort.run_command(s.fallback_command),
-                   down_for_ms=round(down_for_s * 1000))
-
-    def _reconcile(self, api: KubeApi, down_since: float) -> None:
-        """The server is back: make the node's state what the drain says, and say what happened."""
-        s = self.spec
-        detail: dict[str, Any] = {"down_for_ms": round((mono() - down_since) * 1000)}
-        try:
-            detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
-            detail["remaining"] = node_steps.remaining_pods(api)
-            self._report(Remaining(s.notice_id, tuple(detail["remaining"])))
-        except (Unreachable, KubeError, NotOwnNode) as e:
-            detail["error"] = str(e)[:300]   # the loop that called us retries its own step
-        self._step(Step.RECONCILED, "drain.reconciled", **detail)

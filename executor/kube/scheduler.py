@@ -1,15 +1,21 @@
 """The Kubernetes scheduler (``executor.scheduler.Scheduler``): starts drain runners, hands them orders.
 
 Runs on the executor loop's thread; the blocking calls run in the runners'
-threads. Each draining notice gets a ``DrainRunner`` (one at a time: they all
-drain the same node, so a second notice waits and then finds the node empty at
-once); a withdrawn one gets a ``WithdrawRunner``. Runners report through a
+threads. The node's one drain is a ``DrainRunner`` for the notice that governs it
+(the core's order names it). When another notice takes the drain over, the runner
+of the previous one is stopped and the new one starts as soon as it has: it
+re-applies the cordon and taint for its own notice (kind, deadline) and paces the
+evictions and the fallback by its own deadline, from the node's real state and the
+drain's memory. Nothing opens the node meanwhile: a takeover only ever cordons.
+
+A withdrawn notice gets a ``WithdrawRunner``: it undoes the cordon, taint and label
+when no other active notice wants them, and otherwise only points them at the
+notice that governs now (``Withdrawal.marker``). Runners report through a
 ``ReportQueue`` whose pipe the loop polls, so a report is handled as soon as it
 is made, not at the next poll timeout.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import ssl
@@ -26,8 +32,9 @@ from executor.kube.api import KubeApi, KubeError, NotOwnNode, Throttled, Unreach
 from executor.kube.drain_plan import down_after
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Inputs
+from executor.kube.memo import KubeMemo
 from executor.kube.runner import DrainRunner
-from executor.scheduler import Announce, Log, NewState, Order, Report, ReportQueue, StepDone, Withdrawal
+from executor.scheduler import Announce, Log, Marker, NewState, Order, Report, ReportQueue, StepDone, Withdrawal
 
 if TYPE_CHECKING:
     from common.config import Config
@@ -79,27 +86,18 @@ def build(config: Config, log: Logger) -> KubeScheduler | None:
 
 def memo_problem(memo: dict[str, Any]) -> str:
     """Why a drain record's Kubernetes memory cannot be used, or ""."""
-    bad = [k for k in ("evicted", "deleted") if not isinstance(memo.get(k, {}), dict)]
-    if not isinstance(memo.get("reported", []), list):
-        bad.append("reported")
-    started = memo.get("fallback_started", 0.0)
-    if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
-        bad.append("fallback_started")
-    return f"wrong type: {bad}" if bad else ""
+    return KubeMemo.problem(memo)
 
 
 def drain_spec(o: Order, config: Config) -> DrainSpec:
     """The runner's fixed inputs, from the order (pure)."""
-    memo = o.memo
     return DrainSpec(
         notice_id=o.notice_id, kind=o.kind, deadline=o.deadline, deadline_text=format_rfc3339(o.deadline),
         received_at=o.received_at, ends=o.ends, taint_key=o.taint_key, cordon_only=o.cordon_only,
         pdb_blocked=o.pdb_blocked, exclude_from_lb=o.exclude_from_lb, down_after_s=down_after(o.budget.evict_s),
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
-        evicted=dict(memo.get("evicted") or {}), deleted=dict(memo.get("deleted") or {}),
-        reported=tuple(str(u) for u in memo.get("reported") or ()), dry_run=config.executor.dry_run,
+        memo=KubeMemo.from_dict(o.memo), dry_run=config.executor.dry_run,
         fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
-        fallback_started=float(memo.get("fallback_started") or 0.0),
         write_spread_s=o.contract.first_write_spread_ms / 1000.0)
 
 
@@ -128,8 +126,10 @@ class KubeScheduler:
         return out
 
     def advance(self, order: Order, now: float) -> None:
-        """Keep a runner going for a running notice, and hand it the loop's latest inputs."""
+        """Keep the node's one drain going for the notice that governs it, with the loop's latest inputs."""
         nid = order.notice_id
+        if self._stopping_others(nid):
+            return   # the previous drain (or an undo) is stopping: a moment, and this one starts
         runner = self.runners.get(nid)
         if runner is not None and runner.alive:
             runner.inputs = inputs_of(order)
@@ -138,13 +138,31 @@ class KubeScheduler:
         if runner is not None:   # it ended without saying done: it crashed, or was stopped
             del self.runners[nid]
             self._restart_at[nid] = mono + RESTART_AFTER_S
-        if mono < self._restart_at.get(nid, float("-inf")) or any(r.alive for r in self.runners.values()):
+        if mono < self._restart_at.get(nid, float("-inf")):
             return
         self.runners[nid] = DrainRunner(drain_spec(order, self.config), self.make_api, self._out.put,
                                         inputs_of(order)).start()
 
+    def _stopping_others(self, nid: str) -> bool:
+        """Stop every runner that is not ``nid``'s drain (a notice that no longer governs, an undo
+        that a new notice overtook); True while one of them is still running."""
+        busy = False
+        for other, r in list(self.runners.items()):
+            if other != nid:
+                r.stop()
+                if r.alive:
+                    busy = True
+                else:
+                    del self.runners[other]
+        for w in self.withdrawals.values():
+            if w.undo and w.alive:
+                w.stop()
+                busy = True
+        return busy
+
     def withdraw(self, w: Withdrawal, now: float) -> None:
-        """Stop the notice's drain, then undo what it did to the node (once the drain has stopped)."""
+        """Stop the notice's drain, then undo what it did to the node (once the drain has stopped) --
+        or, while another active notice still wants the node marked, point the marks at that one."""
         nid = w.notice_id
         runner = self.runners.get(nid)
         if runner is not None:
@@ -157,11 +175,18 @@ class KubeScheduler:
                 self._settled.add(nid)
                 self._out.put(NewState(nid, DrainState.WITHDRAWN))
             return
+        undo = not w.others_active
         prior = self.withdrawals.get(nid)
+        if prior is not None and prior.alive and prior.undo != undo:
+            prior.stop()   # another notice came (or went) meanwhile: the other kind of withdrawal
+            return
         # A runner that succeeded has reported; the loop applies that (state withdrawn) on its next turn.
         if prior is None or not (prior.alive or prior.succeeded):
+            if undo and any(r.alive for r in self.runners.values()):
+                return   # a drain still runs for another notice: it is stopped first (advance)
             self.withdrawals[nid] = WithdrawRunner(nid, w.taint_key, self.make_api, self._out.put,
-                                                   self.config.executor.dry_run).start()
+                                                   self.config.executor.dry_run, keep=w.keep,
+                                                   marker=None if undo else w.marker).start()
 
     def close(self) -> None:
         for r in list(self.runners.values()) + list(self.withdrawals.values()):
@@ -171,15 +196,20 @@ class KubeScheduler:
 
 class WithdrawRunner:
     """Undo a withdrawn notice's cordon, taint and label off the loop: retried until the server
-    agrees, then ``drain.uncordoned`` and the state ``withdrawn``. Retries are paced as the
+    agrees, then ``drain.uncordoned`` and the state ``withdrawn``. With ``keep`` (other active
+    notices still want the node marked) nothing is undone: the cordon and taint are (re)applied
+    for ``marker``, the notice that governs now, and ``drain.uncordoned`` says they were kept. Retries are paced as the
     drain's are (``pacing``): a throttled answer waits its Retry-After doubling to 8 s, any other
     failure 0.5 s doubling to 8 s, both with jitter -- a hall whose notices were all withdrawn at
     once must not come back to a struggling server in lock-step every second."""
 
     def __init__(self, notice_id: str, taint_key: str, make_api: Callable[[], KubeApi],  # noqa: PLR0913 -- the wait and the draw are for tests
                  report: Callable[[Report], None], dry_run: bool = False, *,
-                 wait: Callable[[float], bool] | None = None, rand: Callable[[], float] | None = None) -> None:
+                 wait: Callable[[float], bool] | None = None, rand: Callable[[], float] | None = None,
+                 keep: frozenset[str] = frozenset(), marker: Marker | None = None) -> None:
         self.notice_id, self.taint_key, self.dry_run = notice_id, taint_key, dry_run
+        self.keep, self.marker = keep, marker
+        self.undo = not keep
         self._make_api, self._report = make_api, report
         self._rand = rand or random.Random(notice_id).random   # per notice: agents draw apart
         # Set before the reports go out: the loop may see the thread gone before it has read them.
@@ -207,12 +237,9 @@ class WithdrawRunner:
         try:
             while not self._stop.is_set():
                 try:
-                    if self.dry_run:
-                        self._report(Announce(nid, "drain.dry_run", {"action": "uncordon"}))
-                    else:
-                        node_steps.uncordon(api, self.taint_key, nid)
+                    data = self._act(api)
                     self.succeeded = True
-                    self._report(StepDone(nid, Step.UNCORDONED, "drain.uncordoned"))
+                    self._report(StepDone(nid, Step.UNCORDONED, "drain.uncordoned", data))
                     self._report(NewState(nid, DrainState.WITHDRAWN))
                     return
                 except (Unreachable, KubeError, NotOwnNode) as e:
@@ -228,3 +255,18 @@ class WithdrawRunner:
                 self._wait(delay)
         finally:
             api.close()
+
+    def _act(self, api: KubeApi) -> dict[str, Any]:
+        """The one call, and what the ``drain.uncordoned`` event says of it."""
+        if not self.undo:
+            kept: dict[str, Any] = {"action": "kept_for_other_notice", "kept_for": sorted(self.keep)[:8]}
+            m = self.marker
+            if m is not None and not self.dry_run:
+                node_steps.cordon_and_taint(api, self.taint_key, m.kind, m.notice_id, format_rfc3339(m.deadline))
+                kept["marked_for"] = m.notice_id
+            return kept
+        if self.dry_run:
+            self._report(Announce(self.notice_id, "drain.dry_run", {"action": "uncordon"}))
+        else:
+            node_steps.uncordon(api, self.taint_key, self.notice_id)
+        return {}

@@ -5,8 +5,8 @@ The Slurm scheduler's worker thread (``executor.slurm.scheduler``) calls
 the drain core handed over. Each call re-reads Slurm's real state and does what
 is still missing, so an executor restarted mid-drain simply carries on:
 
-1. DRAIN the node with a reason naming the notice (unless it is already
-   drained -- an operator's drain is left as it is), then read the state back:
+1. DRAIN the node with a reason naming the governing notice (renamed when another takes
+   the drain over; an operator's drain is left as it is), then read the state back:
    a timed-out call may still land, only state proves anything.
 2. Until the checkpoint cutoff, signal every RUNNING job once
    (``scancel --signal --batch|--full``); the agent socket clients are told by
@@ -23,14 +23,12 @@ checkpoint signal, then TERM, then KILL. Once the controller answers again the
 DRAIN is (re)applied, the state re-read and ``drain.reconciled`` recorded.
 
 The decisions are pure functions in ``executor.slurm.rules``; this module does the I/O.
-What must not be repeated is written down before it is done (the memo, which
-``Out.remember`` returns from only once the executor has it on disk): a
-checkpoint signal and each local signal go out at most once per job. A requeue is safe to repeat while the job still runs here (a
-requeue that landed moved it off RUNNING), so it is retried after a pause.
+What must not be repeated is written down first (the memo; ``Out.remember`` returns once
+the executor has it on disk): a checkpoint signal and each local signal go out at most once
+per job; a requeue is safe to repeat while the job still runs here (one that landed moved it).
 """
 from __future__ import annotations
 
-import copy
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,8 +41,10 @@ from common.wire import DrainState, Phase, Step
 from executor.scheduler import Announce, InPhase, NewState, Order, Remaining, Report, StepDone, Withdrawal
 from executor.slurm import local as slurm_local
 from executor.slurm.cli import NotOwnNode, NotRequeueable, Probe, SlurmCli, SlurmError, Unreachable
+from executor.slurm.memo import SlurmMemo, of_record
 from executor.slurm.rules import (
     drain_reason,
+    drain_wanted,
     dry_run_jobs,
     is_agent_reason,
     local_plan,
@@ -78,17 +78,18 @@ class Tracked:
     """One notice's drain as the recipe knows it between rounds (on the worker thread only)."""
 
     order: Order
-    memo: dict[str, Any] = field(default_factory=dict)   # the record's "slurm" memo ({} until the first round)
+    memo: SlurmMemo   # the record's "slurm" memo; a new one keeps the policy of the contract it started on
     steps: set[str] = field(default_factory=set)
     phase: str = ""
     remaining: tuple[str, ...] | None = None
     next_at: float = 0.0
     finished: bool = False
+    kept: bool = True   # the memo is in the record
 
     @classmethod
     def of(cls, order: Order) -> Tracked:
-        memo = order.memo.get("slurm")
-        return cls(order, copy.deepcopy(memo) if isinstance(memo, dict) else {}, set(order.steps_done))
+        memo = of_record(order.memo)
+        return cls(order, memo or new_memo(order.contract.slurm), set(order.steps_done), kept=memo is not None)
 
 
 class SlurmDrain:
@@ -119,16 +120,15 @@ class SlurmDrain:
         o = t.order
         if t.finished or now < t.next_at:
             return
-        if not t.memo:
-            # The drain keeps the policy it started with, whatever contract lands meanwhile.
-            t.memo = new_memo(o.contract.slurm)
+        if not t.kept:
+            t.kept = True
             self._remember(t)
         if self.dry_run:
             self._dry_run(t)
             return
         ph = phase_at(o.ends, now, o.level)
         why = "slurmctld does not answer scontrol ping"
-        if self._controller_answers(t.memo, now):
+        if self._controller_answers(t.memo.down_since, now):
             try:
                 self._through_controller(t, ph, now)
                 t.next_at = now + POLL_S
@@ -152,9 +152,9 @@ class SlurmDrain:
         if now < self.undo_at.get(nid, 0.0):
             return False
         self.undo_at[nid] = now + DOWN_POLL_S
-        memo = w.memo.get("slurm")
+        memo = of_record(w.memo)
         try:
-            if not self._controller_answers(memo if isinstance(memo, dict) else {}, now):
+            if not self._controller_answers(memo.down_since if memo is not None else None, now):
                 return False  # kept until the controller answers: the DRAIN may still be there
             node = self.cli.node_info(self.node)
             action = undo_action(node, w.others_active)
@@ -173,7 +173,7 @@ class SlurmDrain:
 
     # -- reporting -----------------------------------------------------------------
     def _remember(self, t: Tracked) -> None:
-        self.out.remember(t.order.notice_id, {"slurm": copy.deepcopy(t.memo)})
+        self.out.remember(t.order.notice_id, {"slurm": t.memo.to_dict()})
 
     def _step(self, t: Tracked, step: str, event: EventType, data: dict[str, Any]) -> None:
         t.steps.add(step)
@@ -198,7 +198,7 @@ class SlurmDrain:
     # -- a dry run --------------------------------------------------------------------
     def _dry_run(self, t: Tracked) -> None:
         """Read once, spool the one plan, end in ``dry_run``: no write, no local signal, no second round."""
-        o, pol = t.order, t.memo["policy"]
+        o, pol = t.order, t.memo.policy
         plan: dict[str, Any] = {"scheduler": "slurm", "jobs": None,
                                 "drain": {"node": self.node, "reason": drain_reason(o.notice_id, o.kind, o.deadline)}}
         try:
@@ -218,8 +218,8 @@ class SlurmDrain:
         self._finish(t, DrainState.DRY_RUN)
 
     # -- with the controller ------------------------------------------------------
-    def _controller_answers(self, memo: dict[str, Any], now: float) -> bool:
-        if memo.get("down_since") is None:
+    def _controller_answers(self, down_since: float | None, now: float) -> bool:
+        if down_since is None:
             return self.cli.ping()
         # Known down: ask in the background, so a hung controller does not hold up other notices.
         if self.probe is None:
@@ -234,7 +234,7 @@ class SlurmDrain:
     def _through_controller(self, t: Tracked, ph: str, now: float) -> None:
         o, memo = t.order, t.memo
         node = self.cli.node_info(self.node)
-        if not node.drain_set:
+        if drain_wanted(node, o.notice_id):
             self._act(o.notice_id, "drain", lambda: self.cli.drain(
                 self.node, drain_reason(o.notice_id, o.kind, o.deadline)), now)
             # Read back: state is the proof, not the return code (and a DRAIN sent to a
@@ -244,11 +244,11 @@ class SlurmDrain:
             self._step(t, Step.CORDONED, "drain.cordoned", {
                 "scheduler": "slurm", "node_state": node.state, "reason": node.reason,
                 "agent_drain": is_agent_reason(node.reason)})
-        if memo["down_since"] is not None:
+        if memo.down_since is not None:
             self._step(t, Step.RECONCILED, "drain.reconciled", {
-                "down_s": round(now - memo["down_since"], 3), "node_state": node.state,
+                "down_s": round(now - memo.down_since, 3), "node_state": node.state,
                 "reason": node.reason, "drain_set": node.drain_set})
-            memo["down_since"] = None
+            memo.down_since = None
             self._remember(t)
         if o.cordon_only:
             self._finish(t, DrainState.CORDONED_ONLY)
@@ -271,7 +271,7 @@ class SlurmDrain:
 
     def _signal(self, t: Tracked, jobs: list[int], now: float) -> None:
         nid, memo = t.order.notice_id, t.memo
-        pol = memo["policy"]
+        pol = memo.policy
         sent: list[int] = []
         failed: dict[str, str] = {}
         try:
@@ -279,32 +279,32 @@ class SlurmDrain:
                 # At most once: written down before it is sent. A crash in between loses one
                 # checkpoint signal (the requeue at the cutoff still moves the job); a second
                 # signal could interrupt a checkpoint in progress.
-                memo["signalled"][str(j)] = now
+                memo.signalled[str(j)] = now
                 self._remember(t)
                 try:
-                    self._act(nid, f"signal {j}", partial(self.cli.signal, self.node, j, pol["signal"],
-                                                          pol["signal_scope"]), now)
+                    self._act(nid, f"signal {j}", partial(self.cli.signal, self.node, j, pol.signal,
+                                                          pol.signal_scope), now)
                     sent.append(j)
                 except SlurmError as e:
                     if isinstance(e, Unreachable):
                         raise  # it may still land: the record stays
-                    del memo["signalled"][str(j)]
+                    del memo.signalled[str(j)]
                     failed[str(j)] = e.message
         finally:
             if sent or failed:
                 self._step(t, Step.SIGNALLED, "drain.signalled", {
-                    "jobs": sent, "failed": failed, "signal": pol["signal"], "scope": pol["signal_scope"],
+                    "jobs": sent, "failed": failed, "signal": pol.signal, "scope": pol.signal_scope,
                     "via": "scancel"})
 
     def _evict(self, t: Tracked, jobs: list[int], now: float) -> None:
         nid, memo = t.order.notice_id, t.memo
-        cancel = memo["policy"]["on_drain"] == "cancel"
+        cancel = memo.policy.on_drain == "cancel"
         moved: list[int] = []
         gone: list[int] = []
         refused: dict[str, str] = {}
         try:
             for j in jobs:
-                memo["evicted"][str(j)] = now
+                memo.evicted[str(j)] = now
                 self._remember(t)
                 try:
                     if cancel:
@@ -315,7 +315,7 @@ class SlurmDrain:
                     else:
                         moved.append(j)
                 except NotRequeueable as e:
-                    memo["refused"][str(j)] = e.message
+                    memo.refused[str(j)] = e.message
                     refused[str(j)] = e.message
         finally:
             if moved or gone:
@@ -342,9 +342,9 @@ class SlurmDrain:
     # -- around the controller ------------------------------------------------------
     def _around_controller(self, t: Tracked, ph: str, now: float, why: str) -> None:
         memo = t.memo
-        entering = memo["down_since"] is None
+        entering = memo.down_since is None
         if entering:
-            memo["down_since"] = now
+            memo.down_since = now
             self._remember(t)
         if t.order.cordon_only:
             # Cordon only: there is nothing to do without the controller; DRAIN once it is back.
@@ -369,7 +369,7 @@ class SlurmDrain:
                         t: Tracked, now: float) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for job, sig, scope, key in plan:
-            t.memo["local"][key][str(job)] = now
+            t.memo.local[key][str(job)] = now
             self._remember(t)
             sent = self._act(t.order.notice_id, f"{sig} job {job}",
                              partial(slurm_local.signal_job, procs[job], signal.Signals[sig], scope, self.cli.conf,

@@ -4,12 +4,10 @@
 the DRAIN reason, the phase (from ``common.wire.phase_ends``, the verifier's clock
 too), which jobs to signal, requeue or kill, what is left, whether a withdrawal may
 RESUME the node -- is decided here and tested without a cluster. ``memo`` is the
-drain's persisted memory (the record's ``slurm`` key): job ids are strings there,
-because they are JSON object keys.
+drain's persisted memory (``executor.slurm.memo.SlurmMemo``, the record's ``slurm`` key).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +15,7 @@ from common.contract import SlurmPolicy
 from common.timefmt import format_rfc3339
 from common.wire import CHECKPOINT_OVER, EVICT_OVER, FINAL, Phase, PhaseEnds
 from executor.slurm.cli import NodeInfo
+from executor.slurm.memo import SlurmMemo
 
 REASON_PREFIX = "sco-agent notice "
 EVICT_RETRY_S = 5.0   # a job still RUNNING this long after its requeue: the requeue did not land
@@ -33,6 +32,14 @@ def is_agent_reason(reason: str) -> bool:
     return reason.startswith(REASON_PREFIX)
 
 
+def drain_wanted(node: NodeInfo, notice_id: str) -> bool:
+    """DRAIN (again) for the drain of ``notice_id``: the node is not drained, or the agent's own DRAIN
+    names another notice -- one that took the drain over renames it. An operator's drain is left."""
+    if not node.drain_set:
+        return True
+    return is_agent_reason(node.reason) and not node.reason.startswith(f"{REASON_PREFIX}{notice_id} ")
+
+
 def phase_at(ends: PhaseEnds, now: float, level: str | None) -> str:
     """checkpoint | evict | kill: by our own clock or the verifier's level, whichever is further."""
     own = "checkpoint" if now < ends.checkpoint_by else "evict" if now < ends.evict_at else "kill"
@@ -40,70 +47,41 @@ def phase_at(ends: PhaseEnds, now: float, level: str | None) -> str:
     return max(own, told, key=PHASES.index)
 
 
-def new_memo(policy: SlurmPolicy) -> dict[str, Any]:
-    """What a drain remembers across restarts. Job ids are strings (JSON object keys)."""
-    return {"policy": {"signal": policy.signal, "signal_scope": policy.signal_scope,
-                       "on_drain": policy.on_drain},
-            "signalled": {}, "evicted": {}, "refused": {},
-            "local": {"checkpoint": {}, "term": {}, "kill": {}}, "down_since": None}
+def new_memo(policy: SlurmPolicy) -> SlurmMemo:
+    """What a drain remembers across restarts (executor.slurm.memo), empty."""
+    return SlurmMemo(policy)
 
 
-def memo_problem(memo: dict[str, Any]) -> str:
-    """Why a drain record's Slurm memory (its ``slurm`` key, shaped by ``new_memo``) cannot be used, or ""."""
-    slurm = memo.get("slurm")
-    return "" if slurm is None or _memo_ok(slurm) else "slurm memo is malformed"
-
-
-def _number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _memo_ok(memo: object) -> bool:
-    if not isinstance(memo, dict):
-        return False
-    policy, local = memo.get("policy"), memo.get("local")
-    tables = [memo.get(k) for k in ("signalled", "evicted", "refused")]
-    if not (isinstance(policy, dict) and all(isinstance(policy.get(k), str)
-                                             for k in ("signal", "signal_scope", "on_drain"))):
-        return False
-    if not (isinstance(local, dict) and all(isinstance(local.get(k), dict) for k in ("checkpoint", "term", "kill"))):
-        return False
-    if not all(isinstance(t, dict) for t in tables) or not all(_number(t) for t in memo["evicted"].values()):
-        return False
-    down = memo.get("down_since")
-    return down is None or _number(down)
-
-
-def unsignalled(running: Iterable[int], memo: dict[str, Any]) -> list[int]:
+def unsignalled(running: Iterable[int], memo: SlurmMemo) -> list[int]:
     """Running jobs not yet told to checkpoint, through Slurm or directly."""
-    told = memo["signalled"].keys() | memo["local"]["checkpoint"].keys()
+    told = memo.signalled.keys() | memo.local["checkpoint"].keys()
     return [j for j in running if str(j) not in told]
 
 
-def to_evict(running: Iterable[int], memo: dict[str, Any], now: float) -> list[int]:
+def to_evict(running: Iterable[int], memo: SlurmMemo, now: float) -> list[int]:
     """Running jobs to requeue (or cancel) now: never tried, or tried long enough ago to retry."""
-    tried = memo["evicted"]
-    return [j for j in running if str(j) not in memo["refused"]
+    tried = memo.evicted
+    return [j for j in running if str(j) not in memo.refused
             and now - tried.get(str(j), float("-inf")) >= EVICT_RETRY_S]
 
 
-def local_plan(phase: str, jobs: Iterable[int], memo: dict[str, Any]) -> list[tuple[int, str, str, str]]:
+def local_plan(phase: str, jobs: Iterable[int], memo: SlurmMemo) -> list[tuple[int, str, str, str]]:
     """(job, signal, scope, memo key) to send directly, each at most once per job and phase.
 
     A job whose requeue Slurm refused is left alone: the contract said requeue, not kill.
     """
-    pol = memo["policy"]
+    pol = memo.policy
     plan = []
     for j in jobs:
-        if str(j) in memo["refused"]:
+        if str(j) in memo.refused:
             continue
         if phase == "checkpoint":
             if not unsignalled([j], memo):
                 continue
-            plan.append((j, pol["signal"], pol["signal_scope"], "checkpoint"))
-        elif phase == "evict" and str(j) not in memo["local"]["term"]:
+            plan.append((j, pol.signal, pol.signal_scope, "checkpoint"))
+        elif phase == "evict" and str(j) not in memo.local["term"]:
             plan.append((j, "SIGTERM", "full", "term"))
-        elif phase == "kill" and str(j) not in memo["local"]["kill"]:
+        elif phase == "kill" and str(j) not in memo.local["kill"]:
             plan.append((j, "SIGKILL", "full", "kill"))
     return plan
 
@@ -133,11 +111,11 @@ def undo_action(node: NodeInfo, other_notices: bool) -> str:
     return "resume"
 
 
-def dry_run_jobs(running: list[int], policy: dict[str, Any], ends: PhaseEnds) -> list[dict[str, Any]]:
+def dry_run_jobs(running: list[int], policy: SlurmPolicy, ends: PhaseEnds) -> list[dict[str, Any]]:
     """What a dry run says the drain would do to each running job, phase by phase, and when."""
-    move = "cancel" if policy["on_drain"] == "cancel" else "requeue"
+    move = "cancel" if policy.on_drain == "cancel" else "requeue"
     return [{"job": j, "steps": [
-        {"phase": Phase.CHECKPOINT, "action": f"scancel --signal={policy['signal']} --{policy['signal_scope']}",
+        {"phase": Phase.CHECKPOINT, "action": f"scancel --signal={policy.signal} --{policy.signal_scope}",
          "until": ends.checkpoint_by},
         {"phase": Phase.REQUEUE, "action": move, "at": ends.checkpoint_by},
         {"phase": Phase.KILL, "action": "SIGKILL if still here", "at": ends.evict_at}]} for j in running]

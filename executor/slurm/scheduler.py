@@ -3,7 +3,8 @@
 Slurm's tools block -- up to ``slurm.command_timeout_s`` (12 s) each while
 slurmctld is slow, a ping up to 2 s -- so the recipe (``executor.slurm.recipe``)
 never runs on the executor's loop: ``advance`` and ``withdraw`` only leave the
-latest order for the worker, which runs a round for every notice that is due and
+latest order for the worker, which runs a round of the node's one drain (the
+governing notice's order: a new one takes the drain over) when it is due and
 reports back through a ``ReportQueue``. The loop keeps serving the agent socket
 and the spool whatever slurmctld does.
 
@@ -18,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from executor.scheduler import Log, Order, Remember, Report, ReportQueue, Withdrawal
+from executor.scheduler import Log, Order, Remember, Report, ReportQueue, Saved, Withdrawal
 from executor.slurm.cli import SlurmCli
+from executor.slurm.memo import memo_problem
 from executor.slurm.recipe import SlurmDrain, Tracked
-from executor.slurm.rules import memo_problem
 
 if TYPE_CHECKING:
     from common.config import Config
@@ -51,6 +52,11 @@ class SlurmScheduler:
 
     # -- the Scheduler protocol, on the loop's thread -------------------------------------
     def advance(self, order: Order, now: float) -> None:
+        """The node's one drain is ``order``'s: a notice that governed before is no longer worked for
+        (it is served by this drain; the core keeps its record up to it)."""
+        with self._lock:
+            for nid in [k for k in self._orders if k != order.notice_id]:
+                del self._orders[nid]
         self._hand_over(self._orders, order.notice_id, order)
 
     def withdraw(self, w: Withdrawal, now: float) -> None:
@@ -91,7 +97,7 @@ class SlurmScheduler:
         self._queue.put(r)
 
     def remember(self, notice_id: str, memo: dict[str, Any]) -> None:
-        saved = threading.Event()
+        saved = Saved()
         self.put(Remember(notice_id, memo, saved))
         while not saved.wait(0.1):
             if self._stop.is_set():
@@ -105,6 +111,8 @@ class SlurmScheduler:
                 self._kick.clear()
                 with self._lock:
                     orders, withdrawals = dict(self._orders), dict(self._withdrawals)
+                for nid in [k for k in tracked if k not in orders]:
+                    del tracked[nid]   # taken over: a later order for it starts from its record again
                 for nid, order in orders.items():
                     t = tracked.get(nid)
                     if t is None:

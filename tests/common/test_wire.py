@@ -25,7 +25,7 @@ from executor import progress_file
 from executor.drain import Drains
 from executor.kube.scheduler import drain_spec
 from executor.kube.scheduler import memo_problem as kube_memo
-from executor.slurm.rules import memo_problem as slurm_memo
+from executor.slurm.memo import memo_problem as slurm_memo
 from executor.slurm.rules import phase_at
 from tests.support import notices
 from tests.support.drain_records import record
@@ -81,8 +81,8 @@ class QuietShell:
     def emit(self, *args: object) -> None:
         pass
 
-    def save(self) -> None:
-        pass
+    def save(self) -> bool:
+        return True
 
     def publish(self) -> None:
         pass

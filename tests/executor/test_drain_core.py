@@ -44,8 +44,8 @@ class FakeShell:
         self.events.append((type, notice_id, data))
         return None
 
-    def save(self) -> None:
-        pass
+    def save(self) -> bool:
+        return True
 
     def publish(self) -> None:
         pass

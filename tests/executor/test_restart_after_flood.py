@@ -82,7 +82,7 @@ def test_a_drain_whose_cancel_left_the_recent_set_is_undone_by_a_restarted_execu
             ex.on_sub_readable()
             v.on_readable(v.notices_sub)
         assert ex.bad_messages == 0 and v.bad_messages == 0
-        ex.drains.turn(time.time())
+        ex.drains.turn(time.time(), time.monotonic())
         assert [x.notice_id for x in spy.withdrawn] == ["old"] and spy.withdrawn[0].steps_done >= {"cordoned"}
         assert "old" in v.view().withdrawn    # its clock is dropped, no verdict owed
         ex.close()

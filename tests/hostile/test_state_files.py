@@ -20,6 +20,7 @@ from common.config import build
 from common.log import Logger
 from common.notice import Notice
 from tests.hostile.test_fuzz_state import EXECUTOR_STATE, NODE, T0, WATCHER_STATE
+from tests.support.clocks import at
 from tests.support.fuzzing import fuzz, json_values, mutated
 
 FIXTURE = json.loads((Path(__file__).parents[1] / "verifier" / "fixtures" / "verdicts-0bc60c5.json").read_text())
@@ -52,8 +53,8 @@ def test_the_verifier_starts_and_judges_on_any_damage_to_its_verdicts(tmp_path_f
         v = Verifier(config, Logger("verifier", stream=io.StringIO()), ctx)
         v.active = {nid: notice(nid) for nid in FIXTURE["verdicts"]}
         v.heard = {b"notice", b"contract", b"progress"}
-        for t in (NOW, NOW + 100, NOW + 30 * 86400):
-            v.turn(t)
+        for i, t in enumerate((NOW, NOW + 100, NOW + 30 * 86400)):
+            v.turn(at(t, 1000.0 + i))
         # What survived is still judged: no notice of the file is judged a second time.
         assert set(FIXTURE["verdicts"]) - set(v.state["verdicts"]) <= _dropped(doc)
     finally:

@@ -8,6 +8,7 @@ import pytest
 
 from executor.kube.api import KubeApi, NotOwnNode
 from executor.kube.eviction_book import Inputs
+from executor.kube.memo import KubeMemo
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_DEADLINE, A_NOTICE, EXCLUDE_LB_LABEL
 from executor.scheduler import InPhase, Log, NewState, Problem, Remaining, Remember
 from tests.emulators.kube import objects
@@ -234,7 +235,7 @@ def test_the_fallback_is_on_record_before_it_runs_and_never_runs_twice(kube, dra
     d.stop()
     marker.unlink()
     again = start(kube, drains, fallback_command=("touch", str(marker)), fallback_allowed=True,
-                  fallback_at=time.time(), fallback_started=remembered[0].memo["fallback_started"])
+                  fallback_at=time.time(), memo=KubeMemo.from_dict(remembered[0].memo))
     wait_for(lambda: any(isinstance(r, Remaining) and r.items == ("api-server:unreachable",) for r in again.reports),
              10, "the restarted drain waiting for the server")
     kube.up()
@@ -324,7 +325,7 @@ def test_a_restarted_drain_never_evicts_a_pod_twice(kube, drains):
     # What the record keeps of the first run: its last memo.
     memo = [r.memo for r in first.reports if isinstance(r, Remember)][-1]
     assert set(memo["evicted"]) == {e["uid"] for e in first.events("drain.evicted")}
-    second = start(kube, drains, evicted=memo["evicted"], steps_done=frozenset({"cordoned"}))
+    second = start(kube, drains, memo=KubeMemo.from_dict(memo), steps_done=frozenset({"cordoned"}))
     second.wait_state("done")
     assert sorted(evicted(kube)) == ["slow-0", "slow-1", "slow-2"]
     assert second.events("drain.evicted") == []

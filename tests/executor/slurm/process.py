@@ -110,11 +110,13 @@ class ExecutorHarness:
             self.proc = None
 
     # -- the watcher's side ------------------------------------------------------------
-    def announce(self, deadline_in: float = 120.0) -> dict[str, Any]:
-        n = notice_dict(new_id(), node=self.rig.node_name, deadline_in=deadline_in, received_in=0.0,
+    def announce(self, deadline_in: float = 120.0, kind: str = "reclaim", *, also: bool = False) -> dict[str, Any]:
+        """A new notice; ``also``: next to those active (else in their place)."""
+        n = notice_dict(new_id(), kind, node=self.rig.node_name, deadline_in=deadline_in, received_in=0.0,
                         instance_id="", source="sco")
         with self._lock:
-            self.notice_state = {"gen": self.notice_state["gen"] + 1, "active": [n], "withdrawn": []}
+            active = [*self.notice_state["active"], n] if also else [n]
+            self.notice_state = {"gen": self.notice_state["gen"] + 1, "active": active, "withdrawn": []}
             self._dirty = True  # the watcher publishes a change at once, not at the next re-announcement
         return n
 

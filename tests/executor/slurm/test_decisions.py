@@ -49,15 +49,15 @@ def test_reason_names_the_notice_and_marks_it_as_the_agents():
 
 def test_signal_once_per_job_whichever_way_it_went():
     memo = new_memo(POLICY)
-    memo["signalled"]["1"] = 5.0
-    memo["local"]["checkpoint"]["2"] = 5.0
+    memo.signalled["1"] = 5.0
+    memo.local["checkpoint"]["2"] = 5.0
     assert unsignalled([1, 2, 3], memo) == [3]
 
 
 def test_requeue_retried_only_after_a_pause_and_never_when_refused():
     memo = new_memo(POLICY)
-    memo["evicted"]["1"] = 100.0
-    memo["refused"]["2"] = "presently disabled"
+    memo.evicted["1"] = 100.0
+    memo.refused["2"] = "presently disabled"
     assert to_evict([1, 2, 3], memo, 102.0) == [3]
     assert to_evict([1, 2, 3], memo, 105.0) == [1, 3]
 
@@ -65,17 +65,17 @@ def test_requeue_retried_only_after_a_pause_and_never_when_refused():
 def test_local_plan_follows_the_phase_and_never_repeats():
     memo = new_memo(POLICY)
     assert local_plan("checkpoint", [1], memo) == [(1, "SIGUSR1", "batch", "checkpoint")]
-    memo["local"]["checkpoint"]["1"] = 1.0
+    memo.local["checkpoint"]["1"] = 1.0
     assert local_plan("checkpoint", [1], memo) == []
     assert local_plan("evict", [1], memo) == [(1, "SIGTERM", "full", "term")]
-    memo["local"]["term"]["1"] = 2.0
+    memo.local["term"]["1"] = 2.0
     assert local_plan("evict", [1], memo) == []
     assert local_plan("kill", [1], memo) == [(1, "SIGKILL", "full", "kill")]
 
 
 def test_local_plan_leaves_a_job_whose_requeue_was_refused():
     memo = new_memo(POLICY)
-    memo["refused"]["4"] = "presently disabled"
+    memo.refused["4"] = "presently disabled"
     assert local_plan("kill", [4, 5], memo) == [(5, "SIGKILL", "full", "kill")]
 
 
