@@ -24,6 +24,8 @@ EVENT_TYPES = frozenset({
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
     "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged",
+    # issue 28: extend (DESIGN §6), more to come
+    "drain.checkpoint_extended", "drain.extend_refused",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",

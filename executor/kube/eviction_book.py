@@ -34,6 +34,7 @@ retried politely: the budget may still allow them before the machine goes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,9 @@ class Inputs:
     held: frozenset[str] = frozenset()   # uids of pods whose agent-socket clients have not acked
     hold_all: bool = False               # a client we cannot place on a pod holds every pod
     escalated: bool = False              # the verifier announced evict_over (or final)
+    # pod uid -> until when its client's extend grant holds it (epoch; executor.extension): past
+    # checkpoint_by and past the evict cutoff too, for that pod alone
+    held_until: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +244,9 @@ class EvictionBook:
 
     def holding(self, now: float, inputs: Inputs) -> bool:
         """Are workloads still checkpointing (some pod held back)?"""
-        if now >= self.ends.checkpoint_by or self.past_evict_cutoff(now, inputs):
+        if (now >= self.ends.checkpoint_by or self.past_evict_cutoff(now, inputs)) and not inputs.held_until:
             return False
-        return any(self.states[uid].phase not in DONE and (inputs.hold_all or uid in inputs.held)
+        return any(self.states[uid].phase not in DONE and self._held(uid, now, inputs)
                    for uid in self.plan.targets)
 
     def next_due(self) -> float | None:
@@ -264,6 +268,7 @@ class EvictionBook:
             picks = self._after_cutoff(now, emits)
         else:
             picks = self._by_the_book(now, inputs)
+        picks = [p for p in picks if now >= inputs.held_until.get(p[0], 0.0)]   # an extension holds past the cutoff
         actions: list[Action] = []
         free = slots - self.in_flight()
         for uid, op in picks:
@@ -276,6 +281,8 @@ class EvictionBook:
         return actions, emits
 
     def _held(self, uid: str, now: float, inputs: Inputs) -> bool:
+        if now < inputs.held_until.get(uid, 0.0):
+            return True
         return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
     def _lane_next(self, lane: Lane, now: float, inputs: Inputs) -> tuple[str, str | None]:

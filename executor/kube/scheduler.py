@@ -103,7 +103,7 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
 
 
 def inputs_of(o: Order) -> Inputs:
-    return Inputs(held=o.held, hold_all=o.hold_all, escalated=o.level in ESCALATED)
+    return Inputs(held=o.held, hold_all=o.hold_all, escalated=o.level in ESCALATED, held_until=o.held_until)
 
 
 class KubeScheduler:
