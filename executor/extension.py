@@ -12,7 +12,11 @@ from its text is the grant.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from common.timefmt import parse_rfc3339
 from common.wire import Budget
+from executor.socket_wire import MAX_EXTENDS
 
 # Why an extend grants nothing (the ``extend_refused`` error's message starts with the label).
 REFUSALS = {
@@ -31,6 +35,29 @@ def extend_limit(deadline: float, budget: Budget) -> float:
     """The latest ``checkpoint_by`` any grant may give (epoch seconds): the pod still gets the
     contract's whole eviction phase and margin before the deadline."""
     return deadline - budget.evict_s - budget.margin_s
+
+
+def limit_ms_of(notice: dict[str, Any]) -> int | None:
+    """The ``extend_limit`` the executor passed with a notice, in ms; None when it has none
+    (extends are then refused); ValueError when malformed."""
+    text = notice.get("extend_limit")
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError("notice extend_limit must be an RFC 3339 string")  # noqa: TRY004 -- one error type for every bad notice
+    return round(parse_rfc3339(text) * 1000)
+
+
+def refusal(*, told: bool, governing: bool, answered: bool, holdable: bool, budget: bool, grants: int) -> str:
+    """Why a connection may not extend a notice at all ("" if it may ask), in REFUSALS' order:
+    ``told`` (an active notice it was sent), ``governing`` (the one it was sent last),
+    ``answered`` (it acked it), ``holdable`` (its pod can be told), ``budget`` (a limit is
+    known), ``grants`` (given so far on this notice)."""
+    for reason, bad in (("unknown_notice", not told), ("not_governing", not governing), ("answered", answered),
+                        ("not_in_pod", not holdable), ("no_budget", not budget), ("too_many", grants >= MAX_EXTENDS)):
+        if bad:
+            return reason
+    return ""
 
 
 def grant(current_ms: int, asked_s: int, limit_ms: int) -> int | None:

@@ -39,7 +39,6 @@ from executor.socket_wire import (
     MAX_DETAIL,
     MAX_ERRORS,
     MAX_EXTEND_S,
-    MAX_EXTENDS,
     MAX_LINE,
     MAX_NAME,
     MAX_NOTICE_ID,
@@ -196,7 +195,7 @@ class AgentProtocol:
         ``extend_limit`` (RFC 3339, ``extension.extend_limit``): without it, extends are refused;
         a grant beyond a limit that moved earlier is cut to it."""
         fields = [validate_notice(n) for n in notices]
-        limits = {f["id"]: _limit_of(n) for f, n in zip(fields, notices, strict=True)}
+        limits = {f["id"]: extension.limit_ms_of(n) for f, n in zip(fields, notices, strict=True)}
         self._notices = {f["id"]: f for f in fields}
         self._limits = {k: v for k, v in limits.items() if v is not None}
         for c in self._conns.values():
@@ -325,7 +324,8 @@ class AgentProtocol:
             raise Reject("bad_message", f"an extend needs a string 'id' and integer 'seconds' of 1..{MAX_EXTEND_S}")
         if c.client is None:
             raise Reject("not_registered", "register before extending")
-        reason = self._extend_refusal(c, nid)
+        reason = extension.refusal(told=nid in c.told, governing=nid == c.sent_id, answered=nid in c.acked,
+                                   holdable=c.holdable, budget=nid in self._limits, grants=c.extends.get(nid, 0))
         new_ms = None
         if not reason:
             current = c.granted.get(nid)
@@ -341,22 +341,6 @@ class AgentProtocol:
         by = format_rfc3339(new_ms / 1000)
         return [Extension(c.client, c.name, c.peer.pid, c.peer.uid, nid, asked, by),
                 Send(conn, encode({"op": "extended", "id": nid, "checkpoint_by": by}))]
-
-    def _extend_refusal(self, c: _Conn, nid: str) -> str:
-        """Why ``c`` may not extend ``nid`` at all ("" if it may ask)."""
-        if nid not in c.told:  # told only ever holds active notices this connection was sent
-            return "unknown_notice"
-        if nid != c.sent_id:
-            return "not_governing"
-        if nid in c.acked:
-            return "answered"
-        if not c.holdable:
-            return "not_in_pod"
-        if nid not in self._limits:
-            return "no_budget"
-        if c.extends.get(nid, 0) >= MAX_EXTENDS:
-            return "too_many"
-        return ""
 
     def _refuse_extend(self, conn: int, c: _Conn, nid: str, asked: int, reason: str) -> list[Action]:
         """An ``extend_refused`` reply (an error reply: it counts towards MAX_ERRORS) and its record."""
@@ -400,13 +384,3 @@ class AgentProtocol:
 
     def _count(self, key: str) -> None:
         self._counts[key] = self._counts.get(key, 0) + 1
-
-
-def _limit_of(notice: dict[str, Any]) -> int | None:
-    """A notice's ``extend_limit`` in ms, None when it has none (ValueError when malformed)."""
-    text = notice.get("extend_limit")
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise ValueError("notice extend_limit must be an RFC 3339 string")  # noqa: TRY004 -- one error type for every bad notice
-    return round(parse_rfc3339(text) * 1000)
