@@ -24,8 +24,9 @@ EVENT_TYPES = frozenset({
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
     "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged",
-    # issue 28: extend (DESIGN §6), more to come
+    # issue 28: extend (DESIGN §6), per-pod policy (DESIGN §9), pods kubectl refuses
     "drain.checkpoint_extended", "drain.extend_refused",
+    "drain.pod_skipped", "drain.pod_held", "drain.pod_data_lost",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.pod_policy import Rules
 from common.wire import PhaseEnds
 
 WORKERS = 8                # measured: more parallel evictions only collide (research notes)
@@ -40,6 +41,7 @@ class DrainSpec:
     fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
     fallback_started: float = 0.0           # an earlier run started the fallback then (from the memo)
     write_spread_s: float = 0.0   # the contract's bound on the hall's first-write jitter
+    pod_rules: Rules | None = None   # each pod's own policy (common.pod_policy); None: every pod moves
 
     def memo(self) -> dict[str, Any]:
         """The drain's memory as the record keeps it (``memo_problem`` checks it on load)."""

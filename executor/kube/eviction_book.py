@@ -38,10 +38,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.pod_policy import Rules
 from common.wire import PhaseEnds
 from executor.kube import pacing
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
-from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for
+from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for, policy_events
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -141,9 +142,9 @@ def transition(st: PodState, answer: Answer, now: float, draw: float = 0.0) -> P
 class EvictionBook:
     """The drain's memory between listings: one PodState per pod UID ever seen."""
 
-    def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,
+    def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,  # noqa: PLR0913 -- keyword-only, each with its default
                  evicted: frozenset[str] = frozenset(), deleted: frozenset[str] = frozenset(),
-                 reported: frozenset[str] = frozenset()) -> None:
+                 reported: frozenset[str] = frozenset(), rules: Rules | None = None) -> None:
         if pdb_blocked not in ("delete", "report"):
             raise ValueError(f"pdb_blocked must be delete or report, got {pdb_blocked!r}")
         self.ends = ends
@@ -162,6 +163,8 @@ class EvictionBook:
         self._plan_key: tuple[Any, ...] | None = None
         self._covering: Covering = {}
         self._gated_since: dict[str, float] = {}   # lane -> since when its next pod has had no room
+        self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
+        self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
@@ -197,7 +200,7 @@ class EvictionBook:
         if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
             if self._plan_key is None or key[1] != self._plan_key[1]:
                 self._covering = {}   # the PDBs changed: match their selectors again
-            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering), key
+            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
         for uid, t in self.plan.targets.items():
@@ -261,14 +264,15 @@ class EvictionBook:
 
     def next_actions(self, now: float, inputs: Inputs, slots: int) -> tuple[list[Action], list[Emit]]:
         """The calls to send now (at most ``slots`` more in flight) and the events they imply."""
-        emits: list[Emit] = []
+        emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said)]
         if now < self.throttled_until:
             return [], emits
         if self.past_evict_cutoff(now, inputs):
             picks = self._after_cutoff(now, emits)
         else:
             picks = self._by_the_book(now, inputs)
-        picks = [p for p in picks if now >= inputs.held_until.get(p[0], 0.0)]   # an extension holds past the cutoff
+        # An extension, or the pod's own policy, holds it past the cutoff too.
+        picks = [p for p in picks if now >= max(inputs.held_until.get(p[0], 0.0), self.targets[p[0]].hold_until)]
         actions: list[Action] = []
         free = slots - self.in_flight()
         for uid, op in picks:
@@ -296,6 +300,8 @@ class EvictionBook:
                 continue
             if st.phase == IN_FLIGHT:
                 return "busy", None
+            if now < self.targets[uid].hold_until:
+                continue   # its own policy keeps it: it holds up neither its lane nor the next tier
             if self._held(uid, now, inputs):
                 waiting = True
                 continue

@@ -41,7 +41,7 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
-from executor.kube.drain_plan import ApiHealth, fallback_due, next_turn
+from executor.kube.drain_plan import ApiHealth, fallback_due, must_leave_under, next_turn
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
@@ -204,14 +204,15 @@ class DrainRunner:
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
         book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.evicted),
-                            deleted=frozenset(s.deleted), reported=frozenset(s.reported))
+                            deleted=frozenset(s.deleted), reported=frozenset(s.reported), rules=s.pod_rules)
         # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
         # uses (docs/footprint.md); the first drain pays it.
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
         # The node's pods come from a watch, not from a LIST every turn (node_listing).
-        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn).start()
+        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn,
+                              must_leave=must_leave_under(s.pod_rules)).start()
         last_remaining: list[str] | None = None
         try:
             while True:

@@ -1,0 +1,48 @@
+"""Per-pod drain policy with the whole agent (real supervisord, the emulated API server; DESIGN
+section 9): a rebalance leaves a skip pod and both the executor and the verifier call the node
+done without it; a reclaim holds a skip pod only until deadline - its grace, then evicts it."""
+from __future__ import annotations
+
+from common.timefmt import parse_rfc3339
+from tests.support.stack import NODE, Stack
+from tests.support.wait import wait_for
+
+
+def evictions_of(s: Stack, notice_id: str, pod: str) -> list[dict]:
+    return [e for e in s.events_of("drain.evicted", notice_id) if e["data"]["pod"] == f"default/{pod}"]
+
+
+def test_a_rebalance_leaves_a_skip_pod_in_place_and_is_done_without_it(tmp_path):
+    budget = {"budget_s": 30, "checkpoint_s": 2, "evict_s": 15, "margin_s": 5}
+    with Stack(str(tmp_path), contract=budget, contract_extra={"kinds": {"rebalance": "drain"}}) as s:
+        s.kube.add_pod("web", NODE, owner=("ReplicaSet", "web"))
+        s.kube.add_pod("keep", NODE, owner=("ReplicaSet", "keep"), annotations={"sco.io/drain": "skip"})
+        s.kube.add_pod("karp", NODE, owner=("ReplicaSet", "karp"),
+                       annotations={"karpenter.sh/do-not-disrupt": "true"})
+        doc = s.publish_notice(kind="rebalance", deadline_in=60)
+        verdict = s.wait_event("drain.done", doc["id"], timeout=40)     # the verifier agrees: done
+        assert verdict["notice_id"] == doc["id"]
+        skipped = sorted(e["data"]["pod"] for e in s.events_of("drain.pod_skipped", doc["id"]))
+        assert skipped == ["default/karp", "default/keep"]
+        assert {n for _, n, _ in s.kube.evictions()} == {"web"}
+        assert {"keep", "karp"} <= s.kube.pod_names(NODE) and "web" not in s.kube.pod_names(NODE)
+        assert not s.events_of("drain.unverified", doc["id"]) and not s.events_of("drain.overrun", doc["id"])
+
+
+def test_a_reclaim_evicts_a_skip_pod_at_deadline_minus_its_grace(tmp_path):
+    budget = {"budget_s": 20, "checkpoint_s": 2, "evict_s": 10, "margin_s": 3}
+    with Stack(str(tmp_path), contract=budget) as s:
+        s.kube.add_pod("web", NODE, owner=("ReplicaSet", "web"))
+        s.kube.add_pod("keep", NODE, owner=("ReplicaSet", "keep"), grace=8, terminate_after=1,
+                       annotations={"sco.io/drain": "skip"})
+        doc = s.publish_notice(kind="reclaim", deadline_in=20)
+        deadline = parse_rfc3339(doc["deadline"])
+        [held] = wait_for(lambda: s.events_of("drain.pod_held", doc["id"]), 20, "the skip pod held")
+        assert held["data"]["reason"] == "wish:skip"
+        assert parse_rfc3339(held["data"]["until"]) == deadline - 8
+        [web] = wait_for(lambda: evictions_of(s, doc["id"], "web"), 20, "web evicted")
+        [keep] = wait_for(lambda: evictions_of(s, doc["id"], "keep"), 30, "the skip pod evicted at its time")
+        assert parse_rfc3339(web["ts"]) < deadline - 10                  # at once
+        assert parse_rfc3339(keep["ts"]) >= deadline - 8 - 0.001         # not before deadline - grace
+        assert parse_rfc3339(keep["ts"]) < deadline                      # but before the machine goes
+        s.wait_event("drain.done", doc["id"], timeout=20)
