@@ -46,3 +46,41 @@ def test_a_reclaim_evicts_a_skip_pod_at_deadline_minus_its_grace(tmp_path):
         assert parse_rfc3339(keep["ts"]) >= deadline - 8 - 0.001         # not before deadline - grace
         assert parse_rfc3339(keep["ts"]) < deadline                      # but before the machine goes
         s.wait_event("drain.done", doc["id"], timeout=20)
+
+
+
+def _refused_pods(s: Stack) -> None:
+    s.kube.add_pod("web", NODE, owner=("ReplicaSet", "web"))
+    s.kube.add_pod("lonely", NODE)                                                  # no controller
+    s.kube.add_pod("scratch", NODE, owner=("ReplicaSet", "scratch"), empty_dir=True)
+
+
+REFUSED_BUDGET = {"budget_s": 20, "checkpoint_s": 2, "evict_s": 10, "margin_s": 3}
+
+
+def test_pods_kubectl_refuses_are_kept_and_reported_on_a_rebalance(tmp_path):
+    """An emptyDir pod and a pod with no controller: kept (kubectl's default), reported, and the
+    verdict names them (the node is not empty)."""
+    with Stack(str(tmp_path), contract=REFUSED_BUDGET, contract_extra={"kinds": {"rebalance": "drain"}}) as s:
+        _refused_pods(s)
+        doc = s.publish_notice(kind="rebalance", deadline_in=15)
+        held = wait_for(lambda: len(h := s.events_of("drain.pod_held", doc["id"])) == 2 and h, 20,
+                        "both pods held and reported")
+        assert {e["data"]["pod"]: e["data"]["reason"] for e in held} == {
+            "default/lonely": "unreplicated", "default/scratch": "local_storage"}
+        verdict = s.wait_event("drain.overrun", doc["id"], timeout=30)
+        assert sorted(verdict["data"]["left"]) == ["default/lonely", "default/scratch"]
+        assert {n for _, n, _ in s.kube.evictions()} == {"web"}
+
+
+def test_pods_kubectl_refuses_are_evicted_on_a_reclaim_saying_what_is_lost(tmp_path):
+    with Stack(str(tmp_path), contract=REFUSED_BUDGET) as s:
+        _refused_pods(s)
+        doc = s.publish_notice(kind="reclaim", deadline_in=20)
+        lost = wait_for(lambda: len(x := s.events_of("drain.pod_data_lost", doc["id"])) == 2 and x, 20,
+                        "what each evicted pod loses")
+        assert {e["data"]["pod"]: e["data"]["lost"] for e in lost} == {
+            "default/lonely": ["unreplicated: no controller recreates it"],
+            "default/scratch": ["emptyDir:scratch"]}
+        s.wait_event("drain.done", doc["id"], timeout=30)
+        assert {n for _, n, _ in s.kube.evictions()} == {"web", "lonely", "scratch"}
