@@ -118,19 +118,26 @@ def fallback_due(*, down: bool, allowed: bool, dry_run: bool, done: bool, now: f
     return down and allowed and not dry_run and not done and now >= at
 
 
-def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None, now: float,
-                  ends: PhaseEnds, held: frozenset[str], hold_all: bool) -> list[dict[str, Any]]:
+def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None, now: float,  # noqa: PLR0913 -- the plan's inputs, each plain data
+                  ends: PhaseEnds, held: frozenset[str], hold_all: bool, *,
+                  rules: pod_policy.Rules | None = None) -> list[dict[str, Any]]:
     """Each pod the drain would move, in plan order, with the grace it would ask for and the phase
-    it would leave in: at once (evict), or once its checkpointing client lets go (checkpoint)."""
-    plan = drain_plan(pods, pdbs)
+    it would leave in: at once (evict), or once its checkpointing client lets go (checkpoint);
+    a pod its own policy holds says so (``policy``, ``until``), one it skips is listed last with
+    ``skipped`` and its reason (``rules``: the drain's, common.pod_policy)."""
+    plan = drain_plan(pods, pdbs, rules=rules)
     out = []
     for uid in plan.order():
         t = plan.targets[uid]
         waits = hold_all or uid in held
-        sent = max(now, ends.checkpoint_by) if waits else now
-        out.append({"pod": t.key, "uid": uid, "tier": t.tier, "lane": t.lane, "pdb": t.pdb,
-                    "phase": Phase.CHECKPOINT if waits else Phase.EVICT,
-                    "grace_s": grace_for(t.grace_s, sent, ends.cutoff) or t.grace_s})
+        sent = max(now, ends.checkpoint_by, t.hold_until) if waits else max(now, t.hold_until)
+        step = {"pod": t.key, "uid": uid, "tier": t.tier, "lane": t.lane, "pdb": t.pdb,
+                "phase": Phase.CHECKPOINT if waits else Phase.EVICT,
+                "grace_s": (grace_for(t.grace_s, sent, ends.cutoff) or t.grace_s) if sent != float("inf") else None}
+        if t.policy:
+            step.update(policy=t.policy, until=None if t.hold_until == float("inf") else format_rfc3339(t.hold_until))
+        out.append(step)
+    out += [{"pod": key, "uid": uid, "skipped": reason} for uid, (key, reason) in plan.skipped.items()]
     return out
 
 

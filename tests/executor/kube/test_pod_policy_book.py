@@ -85,3 +85,13 @@ def test_without_rules_every_pod_moves_as_before():
     b.observe([annotated("keep", "skip")], [])
     assert names(b.next_actions(T0, Inputs(), 8)[0]) == ["keep"]
     assert uid("keep") in b.plan.targets
+
+
+def test_a_dry_run_lists_what_each_pods_policy_would_do():
+    from executor.kube.drain_plan import dry_run_steps
+
+    pods = [annotated("keep", "skip"), annotated("batch", "wait-completed"), pod("web", owner=("ReplicaSet", "w"))]
+    steps = dry_run_steps(pods, None, T0, D, frozenset(), False, rules=Rules("maintenance", DEADLINE, 50))
+    assert [(s["pod"], s.get("policy"), s.get("skipped")) for s in steps] == [
+        ("default/batch", "wish:wait-completed", None), ("default/web", None, None), ("default/keep", None, "wish:skip")]
+    assert steps[0]["grace_s"] is None and steps[0]["until"] is None   # never sent by this drain
