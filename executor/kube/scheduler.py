@@ -143,7 +143,16 @@ class KubeScheduler:
         if runner is not None:   # it ended without saying done: it crashed, or was stopped
             del self.runners[nid]
             self._restart_at[nid] = now + RESTART_AFTER_S
-        if now < self._restart_at.get(nid, 0.0) or any(r.alive for r in self.runners.values()):
+        if now < self._restart_at.get(nid, 0.0):
+            return
+        busy = [r for r in self.runners.values() if r.alive]
+        if busy:
+            # A more urgent notice takes over: a drain whose pods' own policy holds them (DESIGN
+            # section 9) runs until its deadline, and must not keep a reclaim waiting that long. The
+            # stopped one starts again once the urgent one is done.
+            for r in busy:
+                if r.spec.deadline > order.deadline:
+                    r.stop()
             return
         self.runners[nid] = DrainRunner(drain_spec(order, self.config), self.make_api, self._out.put,
                                         inputs_of(order)).start()

@@ -84,3 +84,16 @@ def test_pods_kubectl_refuses_are_evicted_on_a_reclaim_saying_what_is_lost(tmp_p
             "default/scratch": ["emptyDir:scratch"]}
         s.wait_event("drain.done", doc["id"], timeout=30)
         assert {n for _, n, _ in s.kube.evictions()} == {"web", "lonely", "scratch"}
+
+
+def test_a_reclaim_is_not_kept_waiting_by_a_maintenance_drain_its_pods_policy_holds(tmp_path):
+    """A maintenance days away keeps an unreplicated pod (kubectl's default) and a wait-completed
+    one, so its drain runs on; a reclaim arriving meanwhile takes over at once and evicts both."""
+    with Stack(str(tmp_path), contract=REFUSED_BUDGET) as s:
+        s.kube.add_pod("lonely", NODE)
+        s.kube.add_pod("batch", NODE, owner=("Job", "batch"), annotations={"sco.io/drain": "wait-completed"})
+        maintenance = s.publish_notice(kind="maintenance", deadline_in=3 * 86400)
+        wait_for(lambda: len(s.events_of("drain.pod_held", maintenance["id"])) == 2, 20, "both pods held")
+        reclaim = s.publish_notice(kind="reclaim", deadline_in=20)
+        s.wait_event("drain.done", reclaim["id"], timeout=30)
+        assert {n for _, n, _ in s.kube.evictions()} == {"lonely", "batch"}
