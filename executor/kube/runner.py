@@ -235,7 +235,8 @@ class DrainRunner:
                     self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
                 if book.empty() and not book.in_flight() and sight.confirmed:
-                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted)
+                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.evicted) + self._evicted,
+                               skipped=sorted(key for key, _ in book.plan.skipped.values()))
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(now, self.inputs) else Phase.EVICT)

@@ -44,6 +44,7 @@ def test_a_rebalance_leaves_a_skip_pod_and_is_done_without_it(kube, drains):
     assert kube.pod_names(NODE) == {"keep", "karp"}
     assert sorted(e["pod"] for e in d.events("drain.pod_skipped")) == ["default/karp", "default/keep"]
     assert [r.items for r in d.reports if isinstance(r, Remaining)][-1] == ()
+    assert d.events("drain.node_empty")[0]["skipped"] == ["default/karp", "default/keep"]
 
 
 def test_a_rebalance_keeps_and_reports_what_kubectl_refuses_and_waits_for_wait_completed(kube, drains):
