@@ -98,6 +98,17 @@ class Fallback:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalPods:
+    """Pods kubectl's drain refuses, on a ``rebalance`` or ``maintenance`` drain (a ``reclaim``
+    evicts them whatever this says: the machine's disk goes with it). The names are kubectl's
+    flags: ``delete_emptydir_data`` evicts pods with emptyDir volumes (their data is lost),
+    ``force`` pods no controller recreates. Both off (kubectl's default): kept and reported."""
+
+    delete_emptydir_data: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Contract:
     """One validated contract. ``==`` compares content; ``source`` is not content."""
 
@@ -118,6 +129,7 @@ class Contract:
     # its node name, so a hall noticed in the same second does not evict in one burst
     # (executor.kube.pacing.eviction_spread_delay; the name is kept for the bundles signed with it).
     first_write_spread_ms: int = 1000
+    local_pods: LocalPods = LocalPods()
     source: str = field(default="bundle", compare=False)
 
     def action_for(self, kind: str) -> str:
@@ -153,6 +165,8 @@ class Contract:
             "sink_url": self.sink_url,
             "fallback": {"kinds": list(self.fallback.kinds), "lead_s": self.fallback.lead_s},
             "first_write_spread_ms": self.first_write_spread_ms,
+            "local_pods": {"delete_emptydir_data": self.local_pods.delete_emptydir_data,
+                           "force": self.local_pods.force},
         }
 
     @classmethod
@@ -182,6 +196,7 @@ class Contract:
             fallback=_parse_fallback(top.get("fallback", {})),
             first_write_spread_ms=_int(top.get("first_write_spread_ms", BUILTIN.first_write_spread_ms),
                                        "first_write_spread_ms", 0, MAX_FIRST_WRITE_SPREAD_MS),
+            local_pods=_parse_local_pods(top.get("local_pods", {})),
             source=source,
         )
 
@@ -249,6 +264,14 @@ def _parse_fallback(value: Any) -> Fallback:
         raise _fail("fallback.kinds", f"a list of distinct kinds from {', '.join(KINDS)}", kinds)
     lead = _int(obj.get("lead_s", BUILTIN.fallback.lead_s), "fallback.lead_s", 0, MAX_BUDGET_S)
     return Fallback(kinds=tuple(kinds), lead_s=lead)
+
+
+def _parse_local_pods(value: Any) -> LocalPods:
+    obj = _object(value, "local_pods")
+    _no_unknown(obj, frozenset(LocalPods.__dataclass_fields__), "local_pods")
+    return LocalPods(
+        delete_emptydir_data=_bool(obj.get("delete_emptydir_data", False), "local_pods.delete_emptydir_data"),
+        force=_bool(obj.get("force", False), "local_pods.force"))
 
 
 # --- field checks: each raises ValueError naming the field -------------------------------

@@ -31,6 +31,9 @@ EventType = Literal[
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
     "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged", "drain.eviction_unsupported",
+    # issue 28: extend (DESIGN §6), per-pod policy (DESIGN §9), pods kubectl refuses
+    "drain.checkpoint_extended", "drain.extend_refused",
+    "drain.pod_skipped", "drain.pod_held", "drain.pod_data_lost",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",
@@ -48,6 +51,13 @@ class EventSink(Protocol):
     """Where a part of a process sends its events (``SpoolLink.emit``; the spool's own events)."""
 
     def __call__(self, type: EventType, /, *, data: dict[str, Any]) -> object: ...
+
+
+class NoticeEventSink(Protocol):
+    """An ``EventSink`` that also names the notice (and the event's time): ``SpoolLink.emit``."""
+
+    def __call__(self, type: EventType, notice_id: str = "", data: dict[str, Any] | None = None,
+                 now: float | None = None) -> object: ...
 
 
 class Origin(NamedTuple):

@@ -7,7 +7,12 @@ saves the count; if the instance is then taken away, the next start (on
 another node, same state path) resumes from the saved count. Units done
 after the checkpoint are redone, so a unit must be safe to repeat.
 
-The whole integration is the ``on_notice(checkpoint)`` line. sco_checkpoint/client.py
+A checkpoint that takes longer than the notice allows (``--save-seconds``, standing in
+for copying state to shared storage) first asks the agent for that much more time with
+``extend``: the agent grants what its drain budget allows (maybe less), and holds this
+worker's pod, and only that one, until the granted time.
+
+The whole integration is the ``on_notice(checkpoint)`` line (and ``extend`` if the save is slow). sco_checkpoint/client.py
 is standard-library only: vendor that one file next to this script as checkpoint_client.py,
 or install sco-agent.
 """
@@ -21,9 +26,9 @@ import threading
 import time
 
 try:
-    from sco_checkpoint.client import on_notice
+    from sco_checkpoint.client import ExtendRefused, extend, on_notice
 except ImportError:  # vendored next to this script
-    from checkpoint_client import on_notice
+    from checkpoint_client import ExtendRefused, extend, on_notice
 
 
 def load(path: str) -> int:
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--units", type=int, default=1_000_000, help="total units of work")
     parser.add_argument("--unit-seconds", type=float, default=0.01, help="time one unit takes")
     parser.add_argument("--log-every", type=int, default=1000, help="print progress every N units")
+    parser.add_argument("--save-seconds", type=float, default=0.0,
+                        help="how long saving the checkpoint takes; over 0, ask the agent for that much more time")
     args = parser.parse_args(argv)
 
     done = load(args.state)
@@ -57,7 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"resuming at unit {done}", flush=True)
 
     def checkpoint(notice: dict) -> None:
+        if args.save_seconds > 0:
+            try:
+                by = extend(int(args.save_seconds + 0.999))   # the agent's answer counts: maybe less
+                print(f"extended: checkpoint by {by}", flush=True)
+            except ExtendRefused as e:
+                print(f"no extension ({e}); saving within {notice['checkpoint_by']}", flush=True)
         with lock:
+            time.sleep(args.save_seconds)  # the slow part of a real save (copying state away)
             save(args.state, done)
             print(f"checkpointed at unit {done} for notice {notice['id']}", flush=True)
         # Returning normally acks "checkpointed"; an exception would ack "failed".

@@ -16,6 +16,7 @@ with its zmq.Poller (or a selector, in tests) and never tracks connections::
             server.process(now)
         server.tick(now)
         for ack in server.drain_acks(): ...
+        for ext in server.drain_extensions(): ...
 
 Not thread-safe: call it from the loop's thread only. Linux only (epoll, SO_PEERCRED).
 """
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from executor.socket_protocol import AgentProtocol
-from executor.socket_wire import Ack, Action, ClientInfo, Close, Peer, Send
+from executor.socket_wire import Ack, Action, ClientInfo, Close, Extension, Peer, Send
 
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
@@ -49,7 +50,8 @@ class ServerLimits(NamedTuple):
 
     ``max_pending_bytes``: output held for a client beyond what the kernel buffer took; a client
     exceeding it is dropped (it is not reading). ``sndbuf``: SO_SNDBUF per client, None = system
-    default. ``max_acks``: acks kept between drain_acks() calls (excess counted, not kept)."""
+    default. ``max_acks``: acks kept between drain_acks() calls (excess counted, not kept), and
+    likewise extend outcomes between drain_extensions() calls."""
 
     max_clients: int = 1024
     register_timeout_s: float = 30.0
@@ -80,10 +82,11 @@ class _Link:
 class AgentSocketServer:
     """The agent socket: listen, serve clients, broadcast notices, collect acks."""
 
-    def __init__(self, path: str, *, mode: int = 0o660, owner: str | int | None = None,
+    def __init__(self, path: str, *, mode: int = 0o660, owner: str | int | None = None,  # noqa: PLR0913 -- keyword-only, each with its default
                  group: str | int | None = None, dir_mode: int = 0o755,
-                 limits: ServerLimits = DEFAULT_LIMITS) -> None:
-        """The socket file's ``mode``, ``owner``, ``group`` and its directory's ``dir_mode``; ``limits``."""
+                 limits: ServerLimits = DEFAULT_LIMITS, holdable: Callable[[int], bool] | None = None) -> None:
+        """The socket file's ``mode``, ``owner``, ``group`` and its directory's ``dir_mode``; ``limits``;
+        ``holdable(peer pid)``: whether the peer's pod can be told (None: every peer's can)."""
         # Resolve names now so a typo fails at start, not at the first bind.
         self._uid = _resolve(owner, lambda n: pwd.getpwnam(n).pw_uid)
         self._gid = _resolve(group, lambda n: grp.getgrnam(n).gr_gid)
@@ -100,6 +103,8 @@ class AgentSocketServer:
         self._by_conn: dict[int, _Link] = {}
         self._next_conn = 0
         self._acks: list[Ack] = []
+        self._extensions: list[Extension] = []
+        self._holdable = holdable
         self._accept_paused_until: float | None = None
         self._counts: dict[str, int] = {}
 
@@ -211,6 +216,11 @@ class AgentSocketServer:
         acks, self._acks = self._acks, []
         return acks
 
+    def drain_extensions(self) -> list[Extension]:
+        """The extend requests answered since the last call (grants and refusals), oldest first."""
+        out, self._extensions = self._extensions, []
+        return out
+
     def clients(self) -> list[ClientInfo]:
         """Registered clients and their answer to the active notice (None: not answered yet)."""
         return self._core.clients()
@@ -254,7 +264,8 @@ class AgentSocketServer:
             self._links[link.fd] = link
             self._by_conn[link.conn] = link
             ep.register(link.fd, _IN)
-            self._apply(self._core.connect(link.conn, Peer(pid, uid, gid), now))
+            holdable = True if self._holdable is None else self._holdable(pid)
+            self._apply(self._core.connect(link.conn, Peer(pid, uid, gid), now, holdable))
 
     def _read(self, link: _Link, now: float) -> None:
         try:
@@ -282,6 +293,11 @@ class AgentSocketServer:
                 if link is not None:
                     self._flush(link, final=True)
                     self._drop(link)
+            elif isinstance(action, Extension):
+                if len(self._extensions) < self.max_acks:
+                    self._extensions.append(action)
+                else:
+                    self._count("extensions_dropped")
             elif len(self._acks) < self.max_acks:
                 self._acks.append(action)
             else:

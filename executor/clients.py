@@ -2,22 +2,28 @@
 
 Wraps ``AgentSocketServer`` (the non-blocking shell of the socket protocol) with
 what the executor adds: which pod each client lives in (``workload_map``: its
-peer pid's cgroup, read once per client), and turning the server's refusal
-counters into ``socket.rejected`` log lines and events. Runs on the loop's thread.
+peer pid's cgroup, read once per client), which pods an ``extend`` grant holds
+(``extended``), every grant and refusal as an event, and turning the server's
+refusal counters into ``socket.rejected`` log lines and events. Runs on the loop's thread.
 """
 from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from common.config import Config
-from common.events import EventSink
+from common.events import EventType, NoticeEventSink
 from common.log import Logger
+from common.recorder import Recorder
 from common.runtime import Rejections
 from executor import workload_map
 from executor.agent_socket import AgentSocketError, AgentSocketServer, ServerLimits
+from executor.socket_wire import Extension
+
+REFUSAL_REPORT_S = 10.0   # extend refusals: the first of each reason at once, then counted this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +37,7 @@ class AckSeen:
 
 
 class Clients:
-    def __init__(self, server: AgentSocketServer, path: str, log: Logger, emit: EventSink) -> None:
+    def __init__(self, server: AgentSocketServer, path: str, log: Logger, emit: NoticeEventSink) -> None:
         self.server = server
         self.path = path
         self.pods: dict[int, str | None] = {}   # client -> its pod UID (None: in no pod)
@@ -40,15 +46,19 @@ class Clients:
         self.rejections = Rejections(log, what="socket", emit=emit)
         self._errors_seen: dict[str, int] = {}
         self._turn: list[dict[str, Any]] = []   # the notices announced since the last tell()
+        self.log, self.emit = log, emit
+        # A client may send extend after extend (each refusal is also an error reply, so the
+        # connection is closed after MAX_ERRORS); the events are bounded as every flood guard is.
+        self.refusals: Recorder[EventType] = Recorder(self._say_refused, REFUSAL_REPORT_S)
 
     @classmethod
-    def open(cls, config: Config, log: Logger, emit: EventSink) -> Clients | None:
+    def open(cls, config: Config, log: Logger, emit: NoticeEventSink) -> Clients | None:
         """Listen on the configured socket; None if it cannot be used (logged): the drain still runs,
         workloads just are not told."""
         s = config.agent_socket
         try:
             server = AgentSocketServer(s.path, mode=int(s.mode, 8), group=s.group or None,
-                                       limits=ServerLimits(max_clients=s.max_clients))
+                                       limits=ServerLimits(max_clients=s.max_clients), holdable=in_a_pod)
             server.listen()
         except (AgentSocketError, OSError, KeyError, ValueError) as e:
             log.error("agent_socket.unavailable", path=s.path, error=str(e)[:300])
@@ -87,6 +97,19 @@ class Clients:
         return workload_map.holds([(self._pod_of(c.client, c.pid), notice_id in c.answered or c.acked is not None)
                                    for c in infos])
 
+    def extended(self) -> dict[str, float]:
+        """Pod UID -> until when (epoch) an ``extend`` grant holds it: the live grant of each client
+        that has not answered the notice governing it. A grant is only ever given to a client in a
+        pod the agent can tell (``in_a_pod``), so it holds that pod and no other."""
+        out: dict[str, float] = {}
+        for c in self.server.clients():
+            if c.extended_until is None:
+                continue
+            pod = self._pod_of(c.client, c.pid)
+            if pod is not None and pod != workload_map.UNKNOWN:
+                out[pod] = max(out.get(pod, 0.0), c.extended_until)
+        return out
+
     def acks(self) -> list[AckSeen]:
         out = []
         for ack in self.server.drain_acks():
@@ -109,19 +132,48 @@ class Clients:
         if readable:
             self.server.process(mono)
         self.server.tick(mono)
+        for ext in self.server.drain_extensions():
+            self._extension(ext)
+
+    def _extension(self, ext: Extension) -> None:
+        """Every grant is an event (``drain.checkpoint_extended``); refusals go through the recorder."""
+        data: dict[str, Any] = {"client": ext.name, "pid": ext.pid, "uid": ext.uid, "asked_s": ext.asked_s,
+                                "pod_uid": self._pod_of(ext.client, ext.pid) if ext.client else None}
+        if ext.checkpoint_by:
+            data["checkpoint_by"] = ext.checkpoint_by
+            self.log.info("drain.checkpoint_extended", notice_id=ext.notice_id, **data)
+            self.emit("drain.checkpoint_extended", ext.notice_id, data, time.time())
+        else:
+            data.update(reason=ext.reason, message=ext.message, notice_id=ext.notice_id)
+            self.refusals.record("drain.extend_refused", ext.reason, data)
+
+    def _say_refused(self, type_: EventType, data: dict[str, Any]) -> None:
+        data = dict(data)
+        nid = str(data.pop("notice_id", ""))
+        self.log.warning(type_, notice_id=nid, **data)
+        self.emit(type_, nid, data, time.time())
 
     def report_errors(self, force: bool = False) -> None:
         """New refusals since the last call, counted by their error code."""
         for key, n in self.server.stats().items():
-            if key.startswith("error.") or key == "acks_dropped":
+            if key == "error.extend_refused":
+                continue   # said by its own event, drain.extend_refused (_extension)
+            if key.startswith("error.") or key in ("acks_dropped", "extensions_dropped"):
                 delta = n - self._errors_seen.get(key, 0)
                 if delta > 0:
                     self._errors_seen[key] = n
                     self.rejections.count(self.path, key.removeprefix("error."), "agent socket client refused", delta)
         self.rejections.tick(force)
+        self.refusals.tick(force)
 
     def close(self) -> None:
         self.server.close()
+
+
+def in_a_pod(pid: int) -> bool:
+    """Can the pod of this peer be told? (Only then may its client be granted an extension.)"""
+    pod = workload_map.pod_uid_of_pid(pid)
+    return pod is not None and pod != workload_map.UNKNOWN
 
 
 def blocking_dir(path: str) -> str | None:

@@ -44,6 +44,7 @@ from common.events import EventType
 from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
+from executor.extension import extend_limit
 from executor.governing import Candidate, Service, Want, serve
 from executor.scheduler import (
     Announce,
@@ -269,7 +270,8 @@ class Drains:
         told = Step.CLIENTS_TOLD in rec.steps
         if not self.dry_run:
             self.clients.announce({"id": n.id, "kind": n.kind, "deadline": format_rfc3339(n.deadline),
-                                   "checkpoint_by": format_rfc3339(rec.ends(n.deadline).checkpoint_by)})
+                                   "checkpoint_by": format_rfc3339(rec.ends(n.deadline).checkpoint_by),
+                                   "extend_limit": format_rfc3339(extend_limit(n.deadline, rec.budget))})
         elif not told:
             # Workloads would checkpoint (and maybe stop) on a notice: a dry run must not tell them.
             data = {"action": "tell_clients", "clients": self.clients.count()}
@@ -296,6 +298,7 @@ class Drains:
                      taint_key=rec.taint_key, pdb_blocked=rec.pdb_blocked, exclude_from_lb=rec.exclude_from_lb,
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
                      held=held, hold_all=hold_all, contract=self.contract,
+                     held_until=self.clients.extended() if self.clients is not None else {},
                      fallback_allowed=rec.fallback_allowed, fallback_at=fallback_at(n.deadline, rec.fallback_lead_s))
 
     def _withdraw(self, nid: str, now: float) -> None:

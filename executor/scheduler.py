@@ -60,6 +60,7 @@ class Order:
     level: str | None = None     # the verifier's escalation level (common.wire.LEVELS)
     held: frozenset[str] = frozenset()   # pod UIDs whose agent-socket clients still checkpoint
     hold_all: bool = False               # a client no pod can be told for holds every pod
+    held_until: Mapping[str, float] = field(default_factory=dict)   # pod UID -> end of its client's extend grant
     contract: Contract = BUILTIN          # the current one: a scheduler freezes what it needs in its memo
     fallback_allowed: bool = False        # the contract lets this kind go around an unreachable scheduler
     fallback_at: float = float("inf")     # and not before this (common.wire.fallback_at)

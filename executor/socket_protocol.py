@@ -19,6 +19,12 @@ reclaim heard twice with deadlines apart). A client is told only the one that
 governs it -- ``socket_wire.governing_notice``, the earliest deadline -- and
 told again only when that changes, so it never flaps between them.
 
+A client may ask for more time (``extend``): the grant rule is ``executor.extension``'s,
+against the notice that governs it and the limit the executor passes with each notice
+(``extend_limit``, never sent to clients). A grant lives with its connection; only a
+client whose pod the agent can tell may have one (``connect(..., holdable=)``), so an
+extension never holds up another workload's pod.
+
 The line format, limits and error codes are ``executor.socket_wire``'s.
 """
 from __future__ import annotations
@@ -26,17 +32,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.timefmt import format_rfc3339, parse_rfc3339
+from executor import extension
 from executor.socket_wire import (
     ACK_STATUSES,
     MAX_DETAIL,
     MAX_ERRORS,
+    MAX_EXTEND_S,
     MAX_LINE,
     MAX_NAME,
+    MAX_NOTICE_ID,
     PROTOCOL_VERSION,
     Ack,
     Action,
     ClientInfo,
     Close,
+    Extension,
     Peer,
     Reject,
     Send,
@@ -61,6 +72,9 @@ class _Conn:
     sent: dict[str, Any] | None = None  # the governing notice as last queued to this connection
     told: dict[str, float] = field(default_factory=dict)  # active notice id -> when first queued here
     acked: dict[str, str] = field(default_factory=dict)  # notice id -> this connection's recorded status
+    holdable: bool = True  # its pod can be told, so an extension can hold that pod alone
+    granted: dict[str, int] = field(default_factory=dict)  # active notice id -> granted checkpoint_by, ms
+    extends: dict[str, int] = field(default_factory=dict)  # active notice id -> grants given on it
 
     @property
     def sent_id(self) -> str | None:
@@ -81,18 +95,21 @@ class AgentProtocol:
         self._timed: set[int] = set()  # connections with a running timer (unregistered or mid-line)
         self._next_client = 0
         self._notices: dict[str, dict[str, Any]] = {}  # every draining notice, by id
+        self._limits: dict[str, int] = {}  # notice id -> the latest checkpoint_by a grant may give, ms
         self._governing: dict[str, Any] | None = None  # governing_notice(self._notices)
         self._counts: dict[str, int] = {}
-        self._handlers = {"register": self._on_register, "ack": self._on_ack, "ping": self._on_ping}
+        self._handlers = {"register": self._on_register, "ack": self._on_ack, "ping": self._on_ping,
+                          "extend": self._on_extend}
 
     # -- connection lifecycle -------------------------------------------------
 
-    def connect(self, conn: int, peer: Peer, now: float) -> list[Action]:
-        """A new connection; beyond max_clients it is told so and closed."""
+    def connect(self, conn: int, peer: Peer, now: float, holdable: bool = True) -> list[Action]:
+        """A new connection; beyond max_clients it is told so and closed. ``holdable``: the shell
+        could tell which pod the peer is in (an extension then holds that pod alone)."""
         self._count("accepted")
         if len(self._conns) >= self.max_clients:
             return self._fail(conn, "too_many_clients", f"the agent serves at most {self.max_clients} connections")
-        self._conns[conn] = _Conn(peer=peer, opened_at=now, buf=bytearray())
+        self._conns[conn] = _Conn(peer=peer, opened_at=now, buf=bytearray(), holdable=holdable)
         self._timed.add(conn)
         return []
 
@@ -174,14 +191,19 @@ class AgentProtocol:
         Each client is told only the one that governs it (``governing_notice``), and again only
         when that changes: another id, or the same id with a changed deadline (acks given stand).
         A notice left out is no longer active: acks for it are refused from now on. Nothing is
-        changed when one of ``notices`` is malformed (ValueError)."""
+        changed when one of ``notices`` is malformed (ValueError). A notice may carry
+        ``extend_limit`` (RFC 3339, ``extension.extend_limit``): without it, extends are refused;
+        a grant beyond a limit that moved earlier is cut to it."""
         fields = [validate_notice(n) for n in notices]
+        limits = {f["id"]: extension.limit_ms_of(n) for f, n in zip(fields, notices, strict=True)}
         self._notices = {f["id"]: f for f in fields}
+        self._limits = {k: v for k, v in limits.items() if v is not None}
         for c in self._conns.values():
-            for nid in [k for k in c.told if k not in self._notices]:
-                del c.told[nid]
-            for nid in [k for k in c.acked if k not in self._notices]:
-                del c.acked[nid]
+            for book in (c.told, c.acked, c.granted, c.extends):
+                for nid in [k for k in book if k not in self._notices]:
+                    del book[nid]
+            for nid, ms in c.granted.items():
+                c.granted[nid] = min(ms, self._limits.get(nid, ms))
         return self._retell(now)
 
     def withdraw(self, notice_id: str, now: float = 0.0) -> list[Action]:
@@ -190,9 +212,12 @@ class AgentProtocol:
         self._notices.pop(notice_id, None)
         line = encode({"op": "withdrawn", "id": notice_id})
         actions: list[Action] = []
+        self._limits.pop(notice_id, None)
         for conn, c in self._conns.items():
             c.told.pop(notice_id, None)
             c.acked.pop(notice_id, None)
+            c.granted.pop(notice_id, None)
+            c.extends.pop(notice_id, None)
             if c.sent_id == notice_id:
                 c.sent = None
                 actions.append(Send(conn, line))
@@ -213,9 +238,11 @@ class AgentProtocol:
         for c in self._conns.values():
             if c.client is not None:
                 nid = c.sent_id
-                out.append(ClientInfo(c.client, c.name, c.peer.pid, c.peer.uid, c.peer.gid, nid,
-                                      None if nid is None else c.acked.get(nid),
-                                      frozenset(k for k in c.acked if k in self._notices)))
+                acked = None if nid is None else c.acked.get(nid)
+                grant = None if nid is None or acked is not None else c.granted.get(nid)
+                out.append(ClientInfo(c.client, c.name, c.peer.pid, c.peer.uid, c.peer.gid, nid, acked,
+                                      frozenset(k for k in c.acked if k in self._notices),
+                                      None if grant is None else grant / 1000))
         return out
 
     def stats(self) -> dict[str, int]:
@@ -290,6 +317,40 @@ class AgentProtocol:
 
     def _on_ping(self, conn: int, c: _Conn, msg: dict[str, Any], now: float) -> list[Action]:
         return [Send(conn, encode({"op": "pong"}))]
+
+    def _on_extend(self, conn: int, c: _Conn, msg: dict[str, Any], now: float) -> list[Action]:
+        nid, asked = msg.get("id"), msg.get("seconds")
+        if not isinstance(nid, str) or type(asked) is not int or not 1 <= asked <= MAX_EXTEND_S:
+            raise Reject("bad_message", f"an extend needs a string 'id' and integer 'seconds' of 1..{MAX_EXTEND_S}")
+        if c.client is None:
+            raise Reject("not_registered", "register before extending")
+        reason = extension.refusal(told=nid in c.told, governing=nid == c.sent_id, answered=nid in c.acked,
+                                   holdable=c.holdable, budget=nid in self._limits, grants=c.extends.get(nid, 0))
+        new_ms = None
+        if not reason:
+            current = c.granted.get(nid)
+            if current is None:
+                current = round(parse_rfc3339(self._notices[nid]["checkpoint_by"]) * 1000)
+            new_ms = extension.grant(current, asked, self._limits[nid])
+            reason = "at_limit" if new_ms is None else ""
+        if new_ms is None:
+            return self._refuse_extend(conn, c, nid[:MAX_NOTICE_ID], asked, reason)
+        c.granted[nid] = new_ms
+        c.extends[nid] = c.extends.get(nid, 0) + 1
+        self._count("extensions")
+        by = format_rfc3339(new_ms / 1000)
+        return [Extension(c.client, c.name, c.peer.pid, c.peer.uid, nid, asked, by),
+                Send(conn, encode({"op": "extended", "id": nid, "checkpoint_by": by}))]
+
+    def _refuse_extend(self, conn: int, c: _Conn, nid: str, asked: int, reason: str) -> list[Action]:
+        """An ``extend_refused`` reply (an error reply: it counts towards MAX_ERRORS) and its record."""
+        c.errors += 1
+        if c.errors > MAX_ERRORS:
+            return self._fail(conn, "too_many_errors", f"more than {MAX_ERRORS} errors on one connection")
+        self._count("error.extend_refused")
+        message = f"{reason}: {extension.REFUSALS[reason]}"
+        return [Extension(c.client or 0, c.name, c.peer.pid, c.peer.uid, nid, asked, "", reason, message),
+                Send(conn, error_line("extend_refused", message))]
 
     # -- helpers --------------------------------------------------------------
 

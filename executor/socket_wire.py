@@ -19,6 +19,8 @@ MAX_DETAIL = 1024
 MAX_NOTICE_ID = 256
 MAX_ERRORS = 16  # error replies on one connection before it is closed
 ACK_STATUSES = ("checkpointed", "failed")
+MAX_EXTEND_S = 86400  # most seconds one extend may ask for (the grant is capped by the budget anyway)
+MAX_EXTENDS = 32  # grants per connection and notice: each one is an event, so a client cannot flood them
 
 # The fixed error-code table: code -> does the agent close the connection after it?
 ERROR_CODES: dict[str, bool] = {
@@ -28,6 +30,7 @@ ERROR_CODES: dict[str, bool] = {
     "not_registered": False,  # ack before register
     "already_registered": False,
     "unknown_notice": False,  # ack for a notice this connection was not sent, or no longer active
+    "extend_refused": False,  # extend that grants nothing (reason in the message; executor.extension)
     "line_too_long": True,
     "too_many_errors": True,
     "too_many_clients": True,
@@ -89,9 +92,25 @@ class ClientInfo:
     notice_id: str | None  # the notice that governs this client, once sent to it
     acked: str | None  # its recorded answer to notice_id, None while it has not answered
     answered: frozenset[str] = frozenset()  # every still-active notice it has acked
+    extended_until: float | None = None  # its live extend grant on notice_id (epoch), None: none or acked
 
 
-Action = Send | Close | Ack
+@dataclass(frozen=True, slots=True)
+class Extension:
+    """A client's extend request and what it got: a grant (``checkpoint_by``) or a refusal (``reason``)."""
+
+    client: int
+    name: str
+    pid: int
+    uid: int
+    notice_id: str
+    asked_s: int
+    checkpoint_by: str  # the granted RFC 3339 time, "" when refused
+    reason: str = ""    # the refusal's label (executor.extension.REFUSALS), "" when granted
+    message: str = ""
+
+
+Action = Send | Close | Ack | Extension
 
 
 class Reject(Exception):

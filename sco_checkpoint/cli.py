@@ -2,7 +2,7 @@
 
     sco-checkpoint wait [--timeout S]            block until a notice; print it as one JSON line
     sco-checkpoint ack ID [--failed] [--detail]  answer a notice from a script
-    sco-checkpoint run [--signal USR1] [--window S] -- CMD...
+    sco-checkpoint run [--signal USR1] [--window S] [--extend S] -- CMD...
 
 ``run`` starts CMD in its own process group and, on a notice, sends the signal
 to that group, then waits up to the checkpoint window: min(--window,
@@ -13,7 +13,10 @@ It never kills CMD itself -- moving the work off is the agent's job -- and
 exits with CMD's status (128+N if CMD died of signal N). Termination signals
 sent to the wrapper (SIGTERM from a scheduler, SIGINT, SIGHUP) are passed on
 to CMD's group, since CMD no longer shares the wrapper's group. The notice
-itself is written to $SCO_CHECKPOINT_NOTICE before the signal is sent.
+itself is written to $SCO_CHECKPOINT_NOTICE before the signal is sent. With
+``--extend S`` it first asks the agent for S more seconds (``extend``): the
+notice written and the window then use the checkpoint_by the agent granted,
+which may be less than asked; a refusal is said on stderr and changes nothing.
 
 Exit codes: 0 success; 1 the agent refused (ack); 2 timeout (wait); 64 usage; 127 CMD not found.
 """
@@ -37,6 +40,7 @@ from sco_checkpoint.client import (
     Message,
     ProtocolError,
     ack_notice,
+    extend,
     on_notice,
     wait_for_notice,
 )
@@ -142,6 +146,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         def checkpoint(notice: Message) -> bool:
             if os.path.exists(done_path):
                 os.unlink(done_path)  # left from an earlier notice: this one needs its own
+            if args.extend:
+                try:
+                    extend(args.extend)   # writes the granted checkpoint_by into the notice
+                except (OSError, ProtocolError) as e:
+                    print(f"sco-checkpoint: no extension: {e}", file=sys.stderr, flush=True)
             with open(notice_path + ".tmp", "w") as f:
                 json.dump(notice, f)
             os.replace(notice_path + ".tmp", notice_path)
@@ -175,6 +184,16 @@ def _parse_signal(text: str) -> int:
         raise argparse.ArgumentTypeError(f"unknown signal {text!r}") from None
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number of seconds: {text!r}")
+    return value
+
+
 def _parser() -> _Parser:
     common = _Parser(add_help=False)
     common.add_argument("--socket", help="agent socket path (default $SCO_AGENT_SOCKET or "
@@ -195,6 +214,8 @@ def _parser() -> _Parser:
                      help="signal sent to CMD's process group on a notice (default USR1)")
     run.add_argument("--window", type=float, default=60.0,
                      help="most seconds to wait for the checkpoint (default 60; checkpoint_by caps it)")
+    run.add_argument("--extend", type=_positive_int, default=0, metavar="S",
+                     help="on a notice, first ask the agent for S more seconds before checkpoint_by")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     run.set_defaults(func=_cmd_run)
     return parser

@@ -13,6 +13,11 @@ workload (as checkpoint_client.py, say), or install sco-agent and import
     on_notice(save)                   # returns at once; keeps listening across agent restarts
     run_the_work()
 
+A checkpoint that needs longer than ``checkpoint_by`` allows may ask for more time from
+inside the callback: ``extend(seconds)`` returns the new ``checkpoint_by`` the agent granted
+(up to what the drain budget allows, so maybe less than asked; the answer counts), or
+raises ``ExtendRefused``. Only this workload's pod waits for it.
+
 The agent re-sends the active notice to every client after it restarts, so the
 listener remembers the notices it answered: it never calls the callback twice
 for one notice id, and re-sends its earlier answer (marked ``replay``) to the
@@ -50,6 +55,11 @@ def default_name() -> str:
 
 class ProtocolError(Exception):
     """The agent answered with an error line or something that is not the protocol."""
+
+
+class ExtendRefused(ProtocolError):
+    """The agent granted no extension (``extend_refused``; the message says why), or no notice
+    was being answered to extend."""
 
 
 class Connection:
@@ -110,6 +120,17 @@ class Connection:
             msg["replay"] = True
         self.send(msg)
         return self._expect("acked", timeout)
+
+    def extend(self, notice_id: str, seconds: int, timeout: float | None = 5.0) -> Message:
+        """Ask for ``seconds`` more before this client's checkpoint_by; the agent's ``extended``
+        reply (its ``checkpoint_by`` is the grant), or ExtendRefused."""
+        self.send({"op": "extend", "id": notice_id, "seconds": int(seconds)})
+        try:
+            return self._expect("extended", timeout)
+        except ProtocolError as e:
+            if str(e).startswith("extend_refused:"):
+                raise ExtendRefused(str(e)) from None
+            raise
 
     def close(self) -> None:
         self._sock.close()
@@ -210,6 +231,7 @@ class NoticeListener:
         self._thread: threading.Thread | None = None
         self.restarts = 0        # connections that ended on an exception nobody foresaw
         self.last_error = ""     # the latest of them, "<type>: <message>"
+        self._answering: Message | None = None   # the notice whose callback runs now
 
     def start(self) -> NoticeListener:
         self._thread = threading.Thread(target=self.run, name="sco-notice-listener", daemon=True)
@@ -275,11 +297,32 @@ class NoticeListener:
             finally:
                 self._idle.set()
 
+    def extend(self, seconds: int, timeout: float | None = 5.0) -> str:
+        """From the callback (or while it runs): ask the agent for ``seconds`` more to checkpoint
+        the notice being answered. Returns the granted checkpoint_by (RFC 3339; also written into
+        the notice dict the callback got); ExtendRefused when nothing was granted."""
+        notice, conn = self._answering, self._conn
+        if notice is None or conn is None:
+            raise ExtendRefused("no notice is being answered")
+        reply = conn.extend(notice["id"], seconds, timeout)
+        by = reply.get("checkpoint_by")
+        if not isinstance(by, str):
+            raise ProtocolError("an 'extended' reply without checkpoint_by")
+        notice["checkpoint_by"] = by
+        return by
+
     def _answer(self, conn: Connection, notice: Message) -> None:
         nid = notice["id"]
         replay = nid in self.answered
         if not replay:
-            self._remember(nid, self._checkpoint(notice))
+            self._answering = notice
+            _answering.append(self)
+            _here.listener = self
+            try:
+                self._remember(nid, self._checkpoint(notice))
+            finally:
+                self._answering = _here.listener = None
+                _answering.remove(self)
         status, detail = self.answered[nid]
         try:
             conn.ack(nid, status, detail, replay=replay)
@@ -297,6 +340,19 @@ class NoticeListener:
         self.answered[nid] = outcome
         while len(self.answered) > _REMEMBERED_ACKS:
             self.answered.pop(next(iter(self.answered)))
+
+
+_answering: list[NoticeListener] = []   # the listeners whose callback runs now, newest last
+_here = threading.local()                # .listener: the one whose callback runs in this thread
+
+
+def extend(seconds: int, timeout: float | None = 5.0) -> str:
+    """``NoticeListener.extend`` of the listener whose callback runs in this thread (else the
+    newest one answering): the granted checkpoint_by, or ExtendRefused."""
+    listener = getattr(_here, "listener", None) or (_answering[-1] if _answering else None)
+    if listener is None:
+        raise ExtendRefused("no notice is being answered")
+    return listener.extend(seconds, timeout)
 
 
 def on_notice(callback: Callable[[Message], object], path: str | None = None,

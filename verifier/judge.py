@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common import pod_policy
 from common.notice import Notice
 from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
 from common.wire import (
@@ -102,6 +103,7 @@ class Observation:
     cordoned: bool
     left: tuple[str, ...] | None
     error: str = ""
+    skipped: tuple[str, ...] = ()   # of ``left``: pods whose own policy is skip (common.pod_policy)
 
 
 def start_clock(notice: Notice, budget: Budget, received_at: float | None = None) -> Clock:
@@ -178,11 +180,14 @@ def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, waitin
     if seen.left is None:
         return None if waiting else f"the verifier cannot read the scheduler: {seen.error}"
     cordon_only = rec.state == DrainState.CORDONED_ONLY
-    if (seen.cordoned if cordon_only else seen.left == ()):
+    left = seen.left
+    if pod_policy.skip_honoured(rec.kind):   # the executor left them, uncounted: so does the verifier
+        left = tuple(k for k in left if k not in seen.skipped)
+    if (seen.cordoned if cordon_only else left == ()):
         return ""
     if waiting:
         return None
-    what = "not cordoned" if cordon_only else f"{len(seen.left)} still on it: {', '.join(seen.left[:5])}"
+    what = "not cordoned" if cordon_only else f"{len(left)} still on it: {', '.join(left[:5])}"
     return f"the executor reported the node {'cordoned' if cordon_only else 'empty'}; the verifier's own read: {what}"
 
 

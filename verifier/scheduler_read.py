@@ -24,6 +24,7 @@ from urllib.parse import quote
 import ujson
 
 from common.pod_filters import pod_key, pods_that_count
+from common.pod_policy import skipped_by_wish
 from common.supervise import Crash, Supervised
 from verifier.judge import Observation
 
@@ -82,6 +83,7 @@ class KubeReader:
         self.http = HttpClient(k.api_url, timeout_s=k.timeout_s, max_body=16 << 20,
                                tls=TlsFiles(k.ca_file, k.client_cert_file, k.client_key_file))
         self.token_file = k.token_file
+        self.skipped: tuple[str, ...] = ()   # of the last read's pods: those whose own policy is skip
 
     def _get(self, path: str) -> dict[str, Any]:
         from common.http import HttpError
@@ -116,7 +118,9 @@ class KubeReader:
             pods += [p for p in items if (_pod(p).get("spec") or {}).get("nodeName") == self.node]
             cont = str(_field(doc, "metadata", dict, "the pod list").get("continue") or "")
             if not cont:
-                return cordoned, tuple(sorted(pod_key(p) for p in pods_that_count(pods)))
+                counting = pods_that_count(pods)
+                self.skipped = tuple(sorted(pod_key(p) for p in skipped_by_wish(counting)))
+                return cordoned, tuple(sorted(pod_key(p) for p in counting))
         raise ReadError(f"more than {MAX_PAGES} pages of pods")
 
     def close(self) -> None:
@@ -210,7 +214,7 @@ class Observer:
                     if reader is None:
                         reader = self._make()
                     cordoned, left = reader.read()
-                    self.latest = Observation(started, cordoned, left)
+                    self.latest = Observation(started, cordoned, left, skipped=getattr(reader, "skipped", ()))
                 except (ReadError, OSError, ValueError) as e:
                     self.latest = Observation(started, False, None, str(e)[:300])
                 stopping.wait(READ_EVERY_S)

@@ -2,7 +2,10 @@
 
 ``drain_plan(pods, pdbs)`` turns one listing of the node into tiers of lanes:
 
-- Only pods that count move (``pod_filters``: not mirror, not DaemonSet, not finished).
+- Only pods that count move (``pod_filters``: not mirror, not DaemonSet, not finished),
+  and each as its own policy says (``common.pod_policy``, given the drain's ``Rules``): a
+  skipped pod is left out of the plan (``Plan.skipped``), a held one stays a target that is
+  not sent before its ``hold_until``.
 - Tier 0 is every ordinary pod, tier 1 the system-critical ones
   (``system-cluster-critical`` / ``system-node-critical`` or priority >= 2e9), as
   kubelet's graceful node shutdown does: the node's own plumbing goes last.
@@ -24,11 +27,16 @@ plan a dry run spools instead of acting.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import pod_policy
 from common.clock import Moment, MonoTime
+from common.events import EventType
+from common.timefmt import format_rfc3339
 from common.wire import Phase, PhaseEnds
 from executor.kube.pod_filters import pod_key, pods_that_count
 
@@ -54,6 +62,9 @@ class Target:
     grace_s: int         # the pod's own terminationGracePeriodSeconds
     terminating: bool    # already being deleted (by us earlier, or by anyone)
     pod: dict[str, Any] = field(compare=False, repr=False)
+    hold_until: float = 0.0          # its own policy keeps it until then (epoch; inf: this drain never sends it)
+    policy: str = ""                 # why it is held, or "" (common.pod_policy.Decision.reason)
+    lost: tuple[str, ...] = ()       # what evicting it loses for good (a reclaim's emptyDir, no controller)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +78,7 @@ class Lane:
 class Plan:
     targets: dict[str, Target]   # by uid
     lanes: tuple[Lane, ...]      # in order: tier, then lowest priority, then key
+    skipped: dict[str, tuple[str, str]] = field(default_factory=dict)   # uid -> (ns/name, reason): left, uncounted
 
     def order(self) -> list[str]:
         """Every target uid in plan order."""
@@ -109,19 +121,59 @@ def fallback_due(*, down: bool, allowed: bool, dry_run: bool, done: bool, now: f
     return down and allowed and not dry_run and not done and now >= at
 
 
-def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None, now: float,
-                  ends: PhaseEnds, held: frozenset[str], hold_all: bool) -> list[dict[str, Any]]:
+def dry_run_steps(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None, now: float,  # noqa: PLR0913 -- the plan's inputs, each plain data
+                  ends: PhaseEnds, held: frozenset[str], hold_all: bool, *,
+                  rules: pod_policy.Rules | None = None) -> list[dict[str, Any]]:
     """Each pod the drain would move, in plan order, with the grace it would ask for and the phase
-    it would leave in: at once (evict), or once its checkpointing client lets go (checkpoint)."""
-    plan = drain_plan(pods, pdbs)
+    it would leave in: at once (evict), or once its checkpointing client lets go (checkpoint);
+    a pod its own policy holds says so (``policy``, ``until``), one it skips is listed last with
+    ``skipped`` and its reason (``rules``: the drain's, common.pod_policy)."""
+    plan = drain_plan(pods, pdbs, rules=rules)
     out = []
     for uid in plan.order():
         t = plan.targets[uid]
         waits = hold_all or uid in held
-        sent = max(now, ends.checkpoint_by) if waits else now
-        out.append({"pod": t.key, "uid": uid, "tier": t.tier, "lane": t.lane, "pdb": t.pdb,
-                    "phase": Phase.CHECKPOINT if waits else Phase.EVICT,
-                    "grace_s": grace_for(t.grace_s, sent, ends.cutoff) or t.grace_s})
+        sent = max(now, ends.checkpoint_by, t.hold_until) if waits else max(now, t.hold_until)
+        step = {"pod": t.key, "uid": uid, "tier": t.tier, "lane": t.lane, "pdb": t.pdb,
+                "phase": Phase.CHECKPOINT if waits else Phase.EVICT,
+                "grace_s": (grace_for(t.grace_s, sent, ends.cutoff) or t.grace_s) if sent != float("inf") else None}
+        if t.policy:
+            step.update(policy=t.policy, until=None if t.hold_until == float("inf") else format_rfc3339(t.hold_until))
+        out.append(step)
+    out += [{"pod": key, "uid": uid, "skipped": reason} for uid, (key, reason) in plan.skipped.items()]
+    return out
+
+
+def must_leave_under(rules: pod_policy.Rules | None) -> Callable[[list[dict[str, Any]]], bool]:
+    """Does anything the drain has to move remain among these pods: a pod that counts and that its
+    own policy does not have this drain skip (what "empty" means for this drain)."""
+    def must_leave(pods: list[dict[str, Any]]) -> bool:
+        return any(rules is None or pod_policy.decide(p, rules).action != pod_policy.SKIP
+                   for p in pods_that_count(pods))
+    return must_leave
+
+
+def policy_events(plan: Plan, said: set[str]) -> list[tuple[EventType, dict[str, Any]]]:
+    """(event type, data) for each pod whose own policy, or what it would lose, the drain has not
+    said yet (``said``: the uids already said, updated): ``drain.pod_skipped`` (left in place,
+    not counted), ``drain.pod_held`` (not sent before ``until``, still counted), and
+    ``drain.pod_data_lost`` (evicted on a reclaim although its emptyDir data, or the pod itself,
+    cannot come back)."""
+    out: list[tuple[EventType, dict[str, Any]]] = []
+    for uid, (key, reason) in plan.skipped.items():
+        if uid not in said:
+            said.add(uid)
+            out.append(("drain.pod_skipped", {"pod": key, "uid": uid, "reason": reason}))
+    for uid, t in plan.targets.items():
+        if uid in said or not (t.policy or t.lost):
+            continue
+        said.add(uid)
+        if t.policy:
+            until = None if t.hold_until == float("inf") else format_rfc3339(t.hold_until)
+            out.append(("drain.pod_held", {"pod": t.key, "uid": uid, "reason": t.policy, "until": until,
+                                           "lost": list(t.lost)}))
+        else:
+            out.append(("drain.pod_data_lost", {"pod": t.key, "uid": uid, "lost": list(t.lost)}))
     return out
 
 
@@ -253,10 +305,22 @@ def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None, covering: 
 
 
 def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
-               covering: Covering | None = None) -> Plan:
+               covering: Covering | None = None, rules: pod_policy.Rules | None = None) -> Plan:
     """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read.
-    ``covering``: see ``target_of`` (kept by the caller for as long as ``pdbs`` stay the same)."""
-    targets = {t.uid: t for t in (target_of(p, pdbs, covering) for p in pods_that_count(pods))}
+    ``covering``: see ``target_of`` (kept by the caller for as long as ``pdbs`` stay the same).
+    ``rules``: the drain's, for each pod's own policy (None: every pod moves)."""
+    targets: dict[str, Target] = {}
+    skipped: dict[str, tuple[str, str]] = {}
+    for p in pods_that_count(pods):
+        t = target_of(p, pdbs, covering)
+        if rules is not None:
+            d = pod_policy.decide(p, rules)
+            if d.action == pod_policy.SKIP:
+                skipped[t.uid] = (t.key, d.reason)
+                continue
+            t = dataclasses.replace(t, hold_until=d.until if d.action == pod_policy.HOLD else 0.0,
+                                    policy=d.reason, lost=d.lost)
+        targets[t.uid] = t
     grouped: dict[tuple[int, str], list[Target]] = {}
     for t in targets.values():
         grouped.setdefault((t.tier, t.lane), []).append(t)
@@ -265,4 +329,4 @@ def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
         members.sort(key=lambda t: (t.priority, t.key))
         lanes.append((tier, members[0].priority, key, Lane(key, tier, tuple(t.uid for t in members))))
     lanes.sort(key=lambda x: x[:3])
-    return Plan(targets, tuple(lane for *_, lane in lanes))
+    return Plan(targets, tuple(lane for *_, lane in lanes), skipped)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.pod_policy import Rules
 from common.wire import PhaseEnds
 from executor.kube.memo import KubeMemo
 
@@ -36,3 +37,4 @@ class DrainSpec:
     fallback_allowed: bool = False          # the contract lets this notice's kind go around the server
     fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
     write_spread_s: float = 0.0   # the contract's spread of the hall's eviction starts (after the cordon)
+    pod_rules: Rules | None = None   # each pod's own policy (common.pod_policy); None: every pod moves

@@ -40,15 +40,17 @@ does not make every pod look stuck.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from common.clock import Moment, MonoTime, WallTime
 from common.events import EventType
+from common.pod_policy import Rules
 from common.wire import PhaseEnds
 from executor.kube import pacing
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
-from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for
+from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for, policy_events
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -103,6 +105,9 @@ class Inputs:
     held: frozenset[str] = frozenset()   # uids of pods whose agent-socket clients have not acked
     hold_all: bool = False               # a client we cannot place on a pod holds every pod
     escalated: bool = False              # the verifier announced evict_over (or final)
+    # pod uid -> until when its client's extend grant holds it (epoch; executor.extension): past
+    # checkpoint_by and past the evict cutoff too, for that pod alone
+    held_until: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +160,9 @@ def transition(st: PodState, answer: Answer, now: MonoTime, draw: float = 0.0) -
 class EvictionBook:
     """The drain's memory between listings: one PodState per pod UID ever seen."""
 
-    def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,
+    def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,  # noqa: PLR0913 -- keyword-only, each with its default
                  evicted: frozenset[str] = frozenset(), deleted: frozenset[str] = frozenset(),
-                 reported: frozenset[str] = frozenset()) -> None:
+                 reported: frozenset[str] = frozenset(), rules: Rules | None = None) -> None:
         if pdb_blocked not in ("delete", "report"):
             raise ValueError(f"pdb_blocked must be delete or report, got {pdb_blocked!r}")
         self.ends = ends
@@ -177,6 +182,8 @@ class EvictionBook:
         self._plan_key: tuple[Any, ...] | None = None
         self._covering: Covering = {}
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
+        self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
+        self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
@@ -213,7 +220,7 @@ class EvictionBook:
         if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
             if self._plan_key is None or key[1] != self._plan_key[1]:
                 self._covering = {}   # the PDBs changed: match their selectors again
-            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering), key
+            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
         for uid, t in self.plan.targets.items():
@@ -266,9 +273,9 @@ class EvictionBook:
 
     def holding(self, now: WallTime, inputs: Inputs) -> bool:
         """Are workloads still checkpointing (some pod held back)?"""
-        if now >= self.ends.checkpoint_by or self.past_evict_cutoff(now, inputs):
+        if (now >= self.ends.checkpoint_by or self.past_evict_cutoff(now, inputs)) and not inputs.held_until:
             return False
-        return any(self.states[uid].phase not in DONE and (inputs.hold_all or uid in inputs.held)
+        return any(self.states[uid].phase not in DONE and self._held(uid, now, inputs)
                    for uid in self.plan.targets)
 
     def next_due(self) -> float | None:
@@ -285,13 +292,15 @@ class EvictionBook:
         """The calls to send now and the events they imply: at most ``slots`` (the workers) in
         flight, and no more than the server's answers allow (``limit``, AIMD)."""
         self.limit.cap(slots)
-        emits: list[Emit] = []
+        emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said)]
         if now.mono < self.throttled_until:
             return [], emits
         if self.past_evict_cutoff(now.wall, inputs):
             picks = self._after_cutoff(now, emits)
         else:
             picks = self._by_the_book(now, inputs)
+        # An extension, or the pod's own policy, holds it past the cutoff too.
+        picks = [p for p in picks if now.wall >= max(inputs.held_until.get(p[0], 0.0), self.targets[p[0]].hold_until)]
         actions: list[Action] = []
         free = self.limit.slots() - self.in_flight()
         for uid, op in picks:
@@ -304,6 +313,8 @@ class EvictionBook:
         return actions, emits
 
     def _held(self, uid: str, now: WallTime, inputs: Inputs) -> bool:
+        if now < inputs.held_until.get(uid, 0.0):
+            return True
         return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
     def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs) -> tuple[str, str | None]:
@@ -317,6 +328,8 @@ class EvictionBook:
                 continue
             if st.phase == IN_FLIGHT:
                 return "busy", None
+            if now.wall < self.targets[uid].hold_until:
+                continue   # its own policy keeps it: it holds up neither its lane nor the next tier
             if self._held(uid, now.wall, inputs):
                 waiting = True
                 continue

@@ -16,6 +16,7 @@ from executor.kube.drain_plan import DOWN_AFTER_CALLS, dry_run_steps
 from executor.scheduler import Announce, NewState, Report
 
 if TYPE_CHECKING:
+    from common.pod_policy import Rules
     from common.wire import PhaseEnds
     from executor.kube.eviction_book import Inputs
 
@@ -39,6 +40,8 @@ class DrainSpec(Protocol):
     def fallback_allowed(self) -> bool: ...
     @property
     def fallback_at(self) -> float: ...
+    @property
+    def pod_rules(self) -> Rules | None: ...
 
 RETRY_S = 0.5
 
@@ -83,7 +86,8 @@ def dry_run_plan(spec: DrainSpec, api: KubeApi, inputs: Inputs, clock: Callable[
     for attempt in range(DOWN_AFTER_CALLS):
         try:
             pods = api.list_pods()
-            plan["pods"] = dry_run_steps(pods, pdbs(api, pods), clock(), spec.ends, inputs.held, inputs.hold_all)
+            plan["pods"] = dry_run_steps(pods, pdbs(api, pods), clock(), spec.ends, inputs.held, inputs.hold_all,
+                                         rules=spec.pod_rules)
             plan.pop("unreadable", None)
             return plan
         except (Unreachable, KubeError) as e:

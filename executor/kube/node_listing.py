@@ -46,8 +46,12 @@ def _pdb_watcher(make_api: Callable[[], KubeApi], on_change: Callable[[], None],
 
 class NodeListing:
     def __init__(self, api: KubeApi, make_api: Callable[[], KubeApi], on_change: Callable[[], None],
-                 warn: Callable[[str, str], None]) -> None:
+                 warn: Callable[[str, str], None], must_leave: Callable[[list[dict[str, Any]]], bool] | None = None,
+                 ) -> None:
+        """``must_leave(pods)``: does anything the drain has to move remain (default: any pod that
+        counts, ``common.pod_filters``)? A pod whose own policy is skip is not (drain_plan.must_leave)."""
         self._api = api
+        self._must_leave = must_leave or (lambda pods: bool(namespaces_of(pods, counting=True)))
         self._make_api = make_api
         self._on_change = on_change
         self._warn = warn
@@ -81,7 +85,7 @@ class NodeListing:
             self._read_pdbs(todo, now)
         pdbs, budgets = self._pdb_sight(namespaces)
         confirmed = False
-        if not namespaces_of(pods, counting=True) and now - self._confirmed_at >= CONFIRM_INTERVAL_S:
+        if not self._must_leave(pods) and now - self._confirmed_at >= CONFIRM_INTERVAL_S:
             pods, self._confirmed_at, confirmed = self._api.list_pods(), now, True
         return Sight(pods, pdbs, confirmed, budgets)
 

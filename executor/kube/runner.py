@@ -40,7 +40,7 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
-from executor.kube.drain_plan import ApiHealth, next_turn
+from executor.kube.drain_plan import ApiHealth, must_leave_under, next_turn
 from executor.kube.drain_spec import DrainSpec
 from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
@@ -218,14 +218,16 @@ class DrainRunner(AroundTheServer):
     def _evict_all(self, api: KubeApi) -> None:
         s = self.spec
         book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.memo.evicted),
-                            deleted=frozenset(s.memo.deleted), reported=frozenset(self._memo.reported))
+                            deleted=frozenset(s.memo.deleted), reported=frozenset(self._memo.reported),
+                            rules=s.pod_rules)
         # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
         # uses (docs/footprint.md); the first drain pays it.
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
         # The node's pods come from a watch, not from a LIST every turn (node_listing).
-        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn).start()
+        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn,
+                              must_leave=must_leave_under(s.pod_rules)).start()
         last_remaining: list[str] | None = None
         try:
             while True:
@@ -248,7 +250,8 @@ class DrainRunner(AroundTheServer):
                     self._report(Remaining(s.notice_id, tuple(remaining)))
                     last_remaining = remaining
                 if book.empty() and not book.in_flight() and sight.confirmed:
-                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.memo.evicted) + self._evicted)
+                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.memo.evicted) + self._evicted,
+                               skipped=sorted(key for key, _ in book.plan.skipped.values()))
                     self._report(NewState(s.notice_id, DrainState.DONE))
                     return
                 self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)

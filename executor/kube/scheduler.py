@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.http import TlsFiles
+from common.pod_policy import Rules
 from common.timefmt import format_rfc3339
 from common.wire import EVICT_OVER, FINAL, DrainState, Step
 from executor.kube import node_steps, pacing
@@ -98,11 +99,17 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
         memo=KubeMemo.from_dict(o.memo), dry_run=config.executor.dry_run,
         fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
-        write_spread_s=o.contract.first_write_spread_ms / 1000.0)
+        write_spread_s=o.contract.first_write_spread_ms / 1000.0, pod_rules=pod_rules(o))
+
+
+def pod_rules(o: Order) -> Rules:
+    """What each pod's own policy is judged by in this drain (common.pod_policy)."""
+    local = o.contract.local_pods
+    return Rules(o.kind, o.deadline, o.budget.evict_s, local.delete_emptydir_data, local.force)
 
 
 def inputs_of(o: Order) -> Inputs:
-    return Inputs(held=o.held, hold_all=o.hold_all, escalated=o.level in ESCALATED)
+    return Inputs(held=o.held, hold_all=o.hold_all, escalated=o.level in ESCALATED, held_until=o.held_until)
 
 
 class KubeScheduler:

@@ -80,11 +80,12 @@ def test_run_signals_the_command_and_acks_when_it_touches_the_done_file(serve, s
     assert finish(proc)[0] == 7
 
 
-def _run_with_env(path: str, out: str, window: str = "15", script: str = SAVER) -> subprocess.Popen:
-    """sco-checkpoint run --signal USR1 -- sh -c SCRIPT, with $OUT for the script."""
+def _run_with_env(path: str, out: str, window: str = "15", script: str = SAVER,
+                  extra: list[str] | None = None) -> subprocess.Popen:
+    """sco-checkpoint run --signal USR1 [EXTRA...] -- sh -c SCRIPT, with $OUT for the script."""
     env = dict(os.environ, SCO_AGENT_SOCKET=path, PYTHONPATH=REPO, OUT=out)
     return subprocess.Popen([sys.executable, "-m", "sco_checkpoint.cli", "run", "--signal", "USR1",
-                             "--window", window, "--", "sh", "-c", script], env=env,
+                             "--window", window, *(extra or []), "--", "sh", "-c", script], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
