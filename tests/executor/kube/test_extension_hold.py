@@ -5,13 +5,14 @@ from __future__ import annotations
 from executor.kube.eviction_book import Answer, Inputs
 from tests.executor.kube.podspecs import pdb, pod
 from tests.executor.kube.test_eviction_book import T0, D, book, names, send, uid
+from tests.support.clocks import at
 
 
 def test_an_extended_pod_waits_past_checkpoint_by_and_the_others_do_not():
     b = book([pod("slow"), pod("other")])
     grant = Inputs(held=frozenset({uid("slow")}), held_until={uid("slow"): D.checkpoint_by + 20})
     assert names(send(b, T0, grant)[0]) == ["other"]
-    b.answer(uid("other"), Answer("accepted"), T0)
+    b.answer(uid("other"), Answer("accepted"), at(T0))
     assert names(send(b, D.checkpoint_by + 1, grant)[0]) == []      # the plain hold has ended; the grant has not
     assert b.holding(D.checkpoint_by + 1, grant)
     assert names(send(b, D.checkpoint_by + 20, grant)[0]) == ["slow"]

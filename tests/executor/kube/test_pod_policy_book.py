@@ -6,6 +6,7 @@ from common.pod_policy import Rules
 from executor.kube.eviction_book import EvictionBook, Inputs
 from tests.executor.kube.podspecs import pod
 from tests.executor.kube.test_eviction_book import T0, D, names, uid
+from tests.support.clocks import at
 
 DEADLINE = T0 + 100
 
@@ -23,7 +24,7 @@ def book(pods, kind, **rules):
 
 
 def events(b, now, inputs=None):
-    actions, emits = b.next_actions(now, inputs or Inputs(), 8)
+    actions, emits = b.next_actions(at(now), inputs or Inputs(), 8)
     return names(actions), [(e.event, e.data["pod"].split("/")[1]) for e in emits]
 
 
@@ -67,7 +68,7 @@ def test_on_a_reclaim_a_pod_kubectl_refuses_goes_at_once_and_the_loss_is_said():
     scratch = pod("scratch", owner=("ReplicaSet", "s"))
     scratch["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
     b = book([lonely, scratch], "reclaim")
-    actions, emits = b.next_actions(T0, Inputs(), 8)
+    actions, emits = b.next_actions(at(T0), Inputs(), 8)
     assert sorted(names(actions)) == ["lonely", "scratch"]
     assert {e.event for e in emits} == {"drain.pod_data_lost"}
     assert {e.data["pod"]: e.data["lost"] for e in emits} == {
@@ -83,7 +84,7 @@ def test_on_a_rebalance_pods_kubectl_refuses_are_kept_unless_the_contract_says_a
 def test_without_rules_every_pod_moves_as_before():
     b = EvictionBook(D, T0, "report")
     b.observe([annotated("keep", "skip")], [])
-    assert names(b.next_actions(T0, Inputs(), 8)[0]) == ["keep"]
+    assert names(b.next_actions(at(T0), Inputs(), 8)[0]) == ["keep"]
     assert uid("keep") in b.plan.targets
 
 
