@@ -77,6 +77,9 @@ class Clients:
     def holds(self, notice_id: str) -> tuple[frozenset[str], bool]:
         return frozenset(), False
 
+    def extended(self) -> dict[str, float]:
+        return {}
+
     def withdraw(self, notice_id: str) -> None:
         pass
 
