@@ -65,12 +65,16 @@ APT_PRIVATE=(
 log "apt-get update (private source list, $SUITE)"
 apt-get "${APT_PRIVATE[@]}" update -q >"$WORK/apt-update.log" 2>&1 || log "update reported errors (see below if source fails)"
 log "apt-get source python$SERIES"
-if ! (cd "$WORK/src" && apt-get "${APT_PRIVATE[@]}" source -q "python$SERIES" >"$WORK/apt-source.log" 2>&1); then
+# Unpacked without Debian's patches: they fit Debian's packaging, not a prefix of our own (one
+# disables ensurepip, which python3-pip-whl replaces there, and a venv needs it here). What is
+# built is the upstream release the source package carries.
+if ! (cd "$WORK/src" && apt-get "${APT_PRIVATE[@]}" source -q --download-only "python$SERIES" >"$WORK/apt-source.log" 2>&1 \
+      && dpkg-source --skip-patches -x ./*.dsc "python$SERIES-tree" >>"$WORK/apt-source.log" 2>&1); then
     cat "$WORK/apt-update.log" "$WORK/apt-source.log" >&2
     log "the python$SERIES source package is not available from this machine's apt sources"
     exit 3
 fi
-TREE="$(find "$WORK/src" -mindepth 1 -maxdepth 1 -type d -name "python$SERIES-*" | head -n1)"
+TREE="$WORK/src/python$SERIES-tree"
 [[ -n "$TREE" && -f "$TREE/configure" ]] || { log "unpacked tree without configure: $TREE"; exit 1; }
 log "source unpacked in $TREE"
 
@@ -85,7 +89,8 @@ rm -rf "$PREFIX"   # a half-installed prefix from an interrupted run
         >"$WORK/configure.log" 2>&1
     make -j"$(nproc)" >"$WORK/make.log" 2>&1
     make altinstall >"$WORK/install.log" 2>&1
-) || { tail -n 60 "$WORK"/*.log >&2; rm -rf "$PREFIX"; log "build failed"; exit 1; }
+) || { for f in configure make install; do [[ -f "$WORK/$f.log" ]] && { echo "--- $f.log" >&2; tail -n 30 "$WORK/$f.log" >&2; }; done
+     rm -rf "$PREFIX"; log "build failed"; exit 1; }
 log "built in $((SECONDS - start)) s"
 cached_ok || { log "installed interpreter fails its import check"; exit 1; }
 log "cached $("$BINARY" -VV | head -n1) at $BINARY"
