@@ -4,7 +4,7 @@
 
 ``--python PATH`` measures the agent under another interpreter (python3.13, a node image's own...):
 a venv's python that has the test extra is used as it is; any other interpreter gets a venv of its
-own at .venv-X.Y, made once as tests/run.sh makes them (tests/rigs/python/venv.sh). The bench then
+own under .venv-footprint/, made once as tests/run.sh makes its venvs (tests/rigs/python/venv.sh). The bench then
 runs again under that venv's python, so supervisord and every worker run on it.
 
 The agent runs as the unit runs it (PYTHONOPTIMIZE=2, on .opt-2.pyc compiled first with
@@ -26,6 +26,7 @@ Ends with one JSON line.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
@@ -95,9 +96,11 @@ def under(python: str, argv: list[str]) -> int:
                                capture_output=True, check=False).returncode == 0
     venv_python = python
     if not has_extra:
-        series = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        venv = os.path.join(REPO, f".venv-{series}")
+        version = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        # One venv per interpreter binary: two builds of one version (pyenv's, Debian's) stay apart.
+        which = hashlib.sha256(os.path.realpath(python).encode()).hexdigest()[:8]
+        venv = os.path.join(REPO, ".venv-footprint", f"{version}-{which}")
         subprocess.run(["bash", os.path.join(REPO, "tests", "rigs", "python", "venv.sh"), venv, python], check=True)
         venv_python = os.path.join(venv, "bin", "python")
     os.chdir(REPO)

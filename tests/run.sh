@@ -15,23 +15,11 @@ VENV=${SCO_VENV:-$REPO/.venv}
 OTHER_PYTHONS=${SCO_TEST_PYTHONS-3.12 3.13}
 OTHER_TIERS=(tests/common tests/watcher tests/executor tests/verifier tests/spool tests/agentctl
              tests/supervisord_plugins tests/sco_checkpoint tests/repo/test_import_sets.py
-             tests/repo/test_optimized_safe.py tests/e2e)
-PACKAGES=(common watcher executor verifier spool supervisord_plugins)
-
-# A venv of interpreter $2 at $1 with the package and its test extra, and the .opt-2.pyc the agent
-# runs on (-OO, the unit's PYTHONOPTIMIZE=2) for it, its standard library and the checkout the rigs
-# run, as a node's are compiled at install.
-make_venv() {
-  local venv=$1 python=$2
-  if [ ! -x "$venv/bin/python" ]; then
-    echo "== creating $venv ($("$python" -V))"
-    "$python" -m venv "$venv"
-  fi
-  echo "== pip install .[test] ($("$venv/bin/python" -V))"
-  "$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip
-  "$venv/bin/pip" install -q --disable-pip-version-check ".[test]"
-  deploy/compile-pyc.sh "$venv/bin/python" 2 "${PACKAGES[@]}"
-}
+             tests/repo/test_optimized_safe.py tests/repo/test_tested_pythons.py
+             tests/referees/test_node_image.py tests/e2e)
+# A venv per interpreter with the package, its test extra and the .opt-2.pyc the agent runs on
+# (tests/rigs/python/venv.sh).
+make_venv() { bash tests/rigs/python/venv.sh "$1" "$2"; }
 
 need_apt=()
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
