@@ -190,3 +190,21 @@ def test_an_unknown_supervisor_leaves_its_execve_and_signal_receiver_alone(monke
         waker, error = wake.install(supervisord)
         assert waker is None and "supervisor 9.9.9" in error
         assert options.signal_receiver.receive == receive   # type: ignore[attr-defined]
+
+
+def test_a_process_says_once_at_start_which_shortcut_stepped_aside(tmp_path, monkeypatch, capsys):
+    """common.runtime.start: the watcher passes its shortcuts; each that steps aside is one warning."""
+    from common.runtime import start
+    from tests.support.agent_rig import write_config
+
+    config = str(tmp_path / "agent.toml")
+    write_config(config, {"node": {"name": "node-a"}, "paths": {"runtime_dir": str(tmp_path / "run"),
+                                                                "state_dir": str(tmp_path / "state")}})
+    monkeypatch.setattr(proven, "installed_version", lambda distribution, package: "9.9.9")
+    start("watcher", ["--config", config], shortcuts=proven.WATCHER)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    off = [line for line in lines if line.get("msg") == "process.shortcut_off"]
+    assert [line["level"] for line in off] == ["warning"]                 # nats-py only: once
+    assert off[0]["detail"].startswith("watcher.nats_import: tested with nats-py")
+    start("watcher", ["--config", config])                                # no shortcuts: nothing said
+    assert "shortcut_off" not in capsys.readouterr().err
