@@ -2,12 +2,12 @@
 # Build (once) CPython 3.13 from Debian 13's `python3.13` source package, for the test command's
 # second interpreter (tests/run.sh; README "Tests").
 #
-# Debian 12 has no python3.13 package, but Debian 13 (trixie) ships its source: the upstream
-# tarball with Debian's patches. We fetch it through deb-src lines derived from this machine's own
-# apt sources with the suite renamed to trixie (tests/rigs/deb_src_lines.sh), and build it with the
-# machine's own toolchain: configure + make, without profile-guided optimisation or Debian's test
-# run (minutes instead of an hour on 2 cores). Installed under the cache, OUTSIDE the repository,
-# so every later run exits at once.
+# Debian 12 has no python3.13 package, but Debian 13 (trixie) ships its source package. We fetch it
+# through deb-src lines derived from this machine's own apt sources with the suite renamed to
+# trixie (tests/rigs/deb_src_lines.sh), unpack the upstream release it carries, and build it with
+# the machine's own toolchain: configure + make, without profile-guided optimisation or a test run
+# (1855 s measured here, niced, on 2 cores busy with other builds and tests). Installed under the
+# cache, OUTSIDE the repository, so every later run exits at once.
 #
 # Usage: build.sh            prints the cached interpreter's path on its last line
 # Env:   SCO_CACHE           cache dir (default $HOME/.cache/sco-agent)
