@@ -95,13 +95,46 @@ class TlsFiles(NamedTuple):
 SYSTEM_TLS = TlsFiles()   # the system CA store, no client certificate
 
 
+# Strict X.509 on every interpreter: Python 3.13's create_default_context() sets these two flags
+# (ssl docs, "Changed in version 3.13"); 3.11 and 3.12 do not. Set here too, a certificate that
+# lacks what RFC 5280 requires (an authorityKeyIdentifier, a CA's keyUsage or critical
+# basicConstraints...) is refused on every node image alike, not accepted on 3.11 and refused the
+# day the image moves to 3.13 (docs/reliability.md#strict-certificates).
+STRICT_X509 = ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
+# OpenSSL's verification errors "in case a check in X509_V_FLAG_X509_STRICT mode fails"
+# (include/openssl/x509_vfy.h, OpenSSL 3.0: X509_V_ERR_SIGNATURE_ALGORITHM_INCONSISTENCY = 78
+# through X509_V_ERR_EC_KEY_EXPLICIT_PARAMS = 94).
+STRICT_ONLY_ERRORS = range(78, 95)
+
+
 def tls_context(files: TlsFiles = SYSTEM_TLS) -> ssl.SSLContext:
-    """A client TLS context. One context with the system CA store costs about 1 MiB: clients
-    talking to the same server should share one (it is thread-safe)."""
-    ctx = ssl.create_default_context(cafile=files.ca_file or None)
+    """A client TLS context, verifying strictly (STRICT_X509). One context with the system CA store
+    costs about 1 MiB: clients talking to the same server should share one (it is thread-safe)."""
+    ctx = strict_context(files.ca_file)
     if files.cert_file:
         ctx.load_cert_chain(files.cert_file, files.key_file or None)
     return ctx
+
+
+def strict_context(ca_file: str = "") -> ssl.SSLContext:
+    """``ssl.create_default_context`` with STRICT_X509, whatever the interpreter's default."""
+    ctx = ssl.create_default_context(cafile=ca_file or None)
+    ctx.verify_flags |= STRICT_X509
+    return ctx
+
+
+def strict_refusal(e: BaseException) -> str:
+    """What to tell the operator when ``e`` (or what it was raised from) is a certificate that only
+    the strict checks refused: the missing or wrong extension, by OpenSSL's name; "" otherwise."""
+    seen: BaseException | None = e
+    for _ in range(4):   # nats-py and asyncio may wrap the ssl error
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError) and seen.verify_code in STRICT_ONLY_ERRORS:
+            return (f"certificate refused by strict X.509 verification (RFC 5280): {seen.verify_message}; "
+                    "reissue it with the extensions RFC 5280 requires (docs/reliability.md#strict-certificates)")
+        seen = seen.__cause__ or seen.__context__
+    return ""
 
 
 class HttpClient:
@@ -208,5 +241,5 @@ def _no_answer(e: Exception, what: str, budget: float) -> HttpError:
     if isinstance(e, http.client.HTTPException):
         return HttpError("error", f"{what}: {type(e).__name__}: {e}", "protocol")
     if isinstance(e, ssl.SSLCertVerificationError):
-        return HttpError("error", f"{what}: {type(e).__name__}: {e}", "tls")
+        return HttpError("error", f"{what}: {strict_refusal(e) or f'{type(e).__name__}: {e}'}", "tls")
     return HttpError("error", f"{what}: {type(e).__name__}: {e}", "network")

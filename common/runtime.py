@@ -75,8 +75,10 @@ def config_arg(process: str, argv: list[str]) -> str | None:
     return path
 
 
-def start(process: str, argv: list[str] | None = None) -> tuple[Config, Logger]:
-    """Parse ``--config``, load and validate it; exit 2 with one clear log line if it is bad."""
+def start(process: str, argv: list[str] | None = None, shortcuts: tuple[str, ...] = ()) -> tuple[Config, Logger]:
+    """Parse ``--config``, load and validate it; exit 2 with one clear log line if it is bad.
+    ``shortcuts``: the process's lean imports (common/proven.py); each that steps aside here (an
+    untested CPython or library) is said once, as ``process.shortcut_off``."""
     path = config_arg(process, sys.argv[1:] if argv is None else argv)
     log = Logger(process)
     try:
@@ -86,6 +88,11 @@ def start(process: str, argv: list[str] | None = None) -> tuple[Config, Logger]:
         log.error("config.invalid", error=str(e))
         sys.exit(EXIT_CONFIG)
     log.info("process.started", config=config.source, node=config.node.name)
+    if shortcuts:
+        from common.proven import unproven
+
+        for reason in unproven(shortcuts):
+            log.warning("process.shortcut_off", detail=reason)
     return config, log
 
 

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from common.proven import why_not
+
 # importlib.metadata.EntryPoint.pattern (CPython 3.11 Lib/importlib/metadata/__init__.py; the test
 # compares the two, so an interpreter that changes it is noticed).
 _SPEC = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
@@ -125,6 +127,12 @@ def import_supervisord() -> Callable[..., Any]:
     what it took from them); ``supervisor.web`` stays, because ``make_http_servers`` imports it
     at every start and ``reload``: the real module replaces it at first use.
     """
+    if why_not("supervisord_plugins.launch"):
+        # Not the supervisor or CPython these stand-ins were tested with (common/proven.py):
+        # supervisor's own imports (the zygote plugin says so in supervisord's log).
+        module = importlib.import_module("supervisor.supervisord")
+        plain: Callable[..., Any] = module.main
+        return plain
     if "supervisor.web" not in sys.modules:
         sys.modules["supervisor.web"] = _stand_in("supervisor.web", supervisor_ui_handler=supervisor_ui_handler)
     with standing_in({"importlib.metadata": _stand_in("importlib.metadata", EntryPoint=EntryPoint),

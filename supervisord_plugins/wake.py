@@ -26,6 +26,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from common.proven import why_not
+
 _WAKERS: list[Waker] = []   # the current one, kept across `reload` (module state outlives a run)
 
 
@@ -96,6 +98,9 @@ def install(supervisord: Any) -> tuple[Waker | None, str]:
     Called from the zygote's factory, once per http server of each run (``make_http_servers``
     calls the factories per server): a second call in the same run keeps what the first set up.
     """
+    reason = why_not("supervisord_plugins.wake")   # supervisor's receiver and loop as tested (common/proven.py)
+    if reason:
+        return None, reason
     try:
         options = supervisord.options
         socket_map: dict[int, Any] = options.get_socket_map()

@@ -48,6 +48,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from common.proven import why_not
 from supervisord_plugins import wake
 
 if TYPE_CHECKING:
@@ -112,7 +113,14 @@ def make_rpcinterface(supervisord: Any, packages: str = "", preload: str = "", c
     """
     # The preload first: it records the files of what it imports (the stale-module check),
     # and the event forwarder imports some of the same modules.
+    # The launcher's stand-ins stepped aside at start if supervisor or CPython is not the tested one
+    # (common/proven.py); said here, where supervisord's log is.
+    launch_reason = why_not("supervisord_plugins.launch")
+    if launch_reason:
+        _say(supervisord, launch_reason)
     zygote = _make_zygote(supervisord, packages, preload)
+    if zygote.error:
+        _say(supervisord, zygote.error)
     if events != "off":
         try:
             forwarding = importlib.import_module("supervisord_plugins.process_events")
@@ -136,6 +144,12 @@ def _say(supervisord: Any, message: str) -> None:
 
 
 def _make_zygote(supervisord: Any, packages: str, preload: str) -> Zygote:
+    # Forking in place relies on supervisor calling options.execve and on CPython's fork: only
+    # with the supervisor and CPython it was tested with (common/proven.py); else workers are
+    # exec'd as supervisor does, and nothing is preloaded (it would only weigh on supervisord).
+    reason = why_not("supervisord_plugins.zygote")
+    if reason:
+        return Zygote({}, reason)
     own = tuple(packages.split()) or OWN_PACKAGES
     try:
         before = set(sys.modules)

@@ -2,10 +2,24 @@
 # Install everything the tests need on a fresh Debian machine, then run them.
 # This is the README's test command, and what .ci/run calls.
 #   bash tests/run.sh [pytest args...]
+# The whole suite runs on the machine's python3 (Debian 12's: CPython 3.11), then the unit tiers
+# and the whole-agent e2e tier (OTHER_TIERS; or the pytest args given) on each other CPython series
+# of SCO_TEST_PYTHONS (default "3.12 3.13"; empty: none), each in a venv of its own
+# (.venv-SERIES). 3.12 runs where the machine has one; 3.13 is found, or installed from Debian's
+# packages, or built once from Debian 13's source package and cached (tests/rigs/python/find.sh):
+# under CI (CI=true) a 3.13 that cannot be had fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 VENV=${SCO_VENV:-$REPO/.venv}
+OTHER_PYTHONS=${SCO_TEST_PYTHONS-3.12 3.13}
+OTHER_TIERS=(tests/common tests/watcher tests/executor tests/verifier tests/spool tests/agentctl
+             tests/supervisord_plugins tests/sco_checkpoint tests/repo/test_import_sets.py
+             tests/repo/test_optimized_safe.py tests/repo/test_tested_pythons.py
+             tests/referees/test_node_image.py tests/e2e)
+# A venv per interpreter with the package, its test extra and the .opt-2.pyc the agent runs on
+# (tests/rigs/python/venv.sh).
+make_venv() { bash tests/rigs/python/venv.sh "$1" "$2"; }
 
 need_apt=()
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
@@ -14,16 +28,26 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "== creating $VENV"
-  python3 -m venv "$VENV"
-fi
-echo "== pip install -e .[test]"
-"$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
-"$VENV/bin/pip" install -q --disable-pip-version-check ".[test]"
-# The agent runs with -OO (the unit's PYTHONOPTIMIZE=2): .opt-2.pyc for the venv, its standard
-# library and the checkout the rigs run, as a node's are compiled at install.
-deploy/compile-pyc.sh "$VENV/bin/python" 2 common watcher executor verifier spool supervisord_plugins
+make_venv "$VENV" python3
+
+# The other interpreters, found or installed now (a 3.13 build takes minutes), run after the first.
+others=()
+for series in $OTHER_PYTHONS; do
+  install=""
+  [ "$series" = 3.13 ] && install=--install
+  found_rc=0
+  python=$(bash tests/rigs/python/find.sh "$series" $install) || found_rc=$?
+  if [ "$found_rc" != 0 ] || [ -z "$python" ]; then
+    if [ "$series" = 3.13 ] && [ "${CI:-}" = true ]; then
+      echo "== CPython 3.13 could not be found, installed or built here (find.sh exit $found_rc): under CI that fails the run" >&2
+      exit 1
+    fi
+    echo "== no CPython $series on this machine: its tiers are not run"
+    continue
+  fi
+  make_venv "$REPO/.venv-$series" "$python"
+  others+=("$series")
+done
 
 # Real components the end-to-end tiers use, installed by the project's own scripts.
 if [ -x tests/rigs/slurm/install.sh ] || [ -f tests/rigs/slurm/install.sh ]; then
@@ -45,6 +69,19 @@ echo "== ruff"
 echo "== mypy"
 "$VENV/bin/python" -m mypy
 
-echo "== pytest"
-export PATH="$VENV/bin:$PATH"
-exec "$VENV/bin/python" -m pytest -q "$@"
+echo "== pytest ($("$VENV/bin/python" -V): the whole suite)"
+rc=0
+start=$SECONDS
+PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q "$@" || rc=$?
+echo "== $("$VENV/bin/python" -V): exit $rc in $((SECONDS - start)) s"
+for series in "${others[@]}"; do
+  args=("$@")
+  [ ${#args[@]} -gt 0 ] || args=("${OTHER_TIERS[@]}")
+  echo "== pytest ($("$REPO/.venv-$series/bin/python" -V): ${args[*]})"
+  start=$SECONDS
+  series_rc=0
+  PATH="$REPO/.venv-$series/bin:$PATH" "$REPO/.venv-$series/bin/python" -m pytest -q "${args[@]}" || series_rc=$?
+  echo "== $("$REPO/.venv-$series/bin/python" -V): exit $series_rc in $((SECONDS - start)) s"
+  [ "$series_rc" = 0 ] || rc=$series_rc
+done
+exit "$rc"

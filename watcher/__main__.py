@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, notice_state, progress, state_file, wire
+from common import ipc, notice_state, progress, proven, state_file, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
@@ -389,7 +389,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, log = start("watcher", argv)
+    config, log = start("watcher", argv, shortcuts=proven.WATCHER)   # its lean imports (common/proven.py)
     # Signatures are checked in a child: the Ed25519 library stays out of the long-lived watcher.
     return event_loop.run(run(config, log, check=in_child()))
 

@@ -21,16 +21,23 @@ docs/footprint.md, which also says why asyncio's other submodules are kept).
 Import asyncio through this module, before anything imports it plainly: ``from
 watcher.asyncio_import import asyncio`` in the watcher's entry and in the modules it imports
 first (tests/watcher/test_lean_asyncio.py checks a running watcher). Where asyncio is already
-loaded it is simply the loaded module.
+loaded it is simply the loaded module. On a CPython series it was not tested on (common/proven.py)
+it is the plain ``import asyncio``.
 """
 from __future__ import annotations
 
 import concurrent  # noqa: F401 -- the package only (empty): its attribute ``futures`` is the stand-in
 
+from common.proven import why_not
 from watcher.stand_in import Deferred, futures_stand_in, logging_stand_in, standing_in, traceback_stand_in
 
 __all__ = ["asyncio"]
 
-with standing_in(logging_stand_in(), futures_stand_in(), traceback_stand_in(),
-                 Deferred("asyncio.sslproto"), Deferred("asyncio.staggered")):
+# Only on the CPython series this was tested on (common/proven.py): elsewhere what asyncio binds at
+# import may differ, so it is imported plainly (the watcher logs why at start).
+if why_not("watcher.asyncio_import"):
     import asyncio
+else:
+    with standing_in(logging_stand_in(), futures_stand_in(), traceback_stand_in(),
+                     Deferred("asyncio.sslproto"), Deferred("asyncio.staggered")):
+        import asyncio

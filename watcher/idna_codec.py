@@ -18,6 +18,7 @@ import sys
 import types
 from typing import Any
 
+from common.proven import why_not
 from watcher.stand_in import real_module
 
 
@@ -55,8 +56,9 @@ def codec_info() -> codecs.CodecInfo:
 
 
 def install() -> None:
-    """Register this codec as ``idna``, unless the real one is loaded (then it is the codec)."""
-    if "encodings.idna" in sys.modules:
+    """Register this codec as ``idna``, unless the real one is loaded (then it is the codec) or this
+    CPython series was not tested (common/proven.py: the real codec's fast path may differ there)."""
+    if "encodings.idna" in sys.modules or why_not("watcher.idna_codec"):
         return
     # A plain module, not a Deferred: encodings.search_function's import reads ``__path__`` and
     # ``__all__`` of it, which would import the real one. Nobody but that lookup sees it.

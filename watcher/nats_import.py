@@ -20,17 +20,19 @@ nats is imported (its ``_logger`` is a deferred one), and so is ``pkgutil``, for
 ``extend_path`` of nats/__init__.py (watcher.stand_in.pkgutil_stand_in).
 
 Where a part is not found (another nats-py layout) it is imported as nats-py does: more
-memory, same behaviour. tests/watcher/test_nats_import.py pins what is and is not loaded.
+memory, same behaviour. With a nats-py or CPython it was not tested with (common/proven.py:
+nats-py 2.15.0 and 2.16.0, each run by tests/watcher/test_nats_import.py) ``nats`` is imported plainly.
+tests/watcher/test_nats_import.py pins what is and is not loaded.
 """
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import os
 import sys
 import types
 from typing import Any
 
+from common.proven import installed_version, why_not
 from watcher.stand_in import Deferred, logging_stand_in, pkgutil_stand_in, standing_in, traceback_stand_in
 
 DISTRIBUTION = "nats-py"
@@ -40,6 +42,9 @@ def import_nats(servers: list[str]) -> Any:
     """The ``nats`` package, imported lean; the same object ``import nats`` gives."""
     if "nats" in sys.modules:
         return sys.modules["nats"]
+    if why_not("watcher.nats_import"):   # not the tested nats-py or CPython (common/proven.py)
+        import nats
+        return nats
     if not any(s.startswith(("ws://", "wss://")) for s in servers):
         sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # typeshed: modules only
     spec = importlib.util.find_spec("nats")   # a top-level spec: found, not executed
@@ -77,15 +82,9 @@ def _metadata_stand_in(location: list[str]) -> types.ModuleType | None:
     """A module with just ``version()``, answering for nats-py from its dist-info directory name."""
     if "importlib.metadata" in sys.modules or not location:
         return None
-    site = os.path.dirname(location[0])
-    prefix = DISTRIBUTION.replace("-", "_") + "-"
-    try:
-        found = [n for n in os.listdir(site) if n.startswith(prefix) and n.endswith(".dist-info")]
-    except OSError:
+    known = installed_version(DISTRIBUTION, "nats")
+    if not known:
         return None
-    if len(found) != 1:
-        return None
-    known = found[0][len(prefix):-len(".dist-info")]
     module = types.ModuleType("importlib.metadata", "stand-in while nats-py is imported (watcher.nats_import)")
 
     def version(distribution: str) -> str:

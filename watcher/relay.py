@@ -28,11 +28,17 @@ from typing import Any
 
 from common.config import Config
 from common.events import EventType
+from common.http import strict_context, strict_refusal
 from common.notice import relay_subjects
 from watcher.nats_import import import_nats
 
 RECONNECT_WAIT_S = 1.0        # the relay is the fast channel: come back quickly
 RESTART_BACKOFF_MAX_S = 30.0
+# One connect attempt (nats-py retries a down server inside it, reporting each error) is bounded:
+# after a handshake our context refused, nats-py waits for ever for the transport to say it closed
+# (its _close awaits StreamWriter.wait_closed: nats-io/nats.py#718, open), so without a bound one
+# refused certificate would leave the relay silent until the watcher restarts.
+CONNECT_ATTEMPT_S = 10.0
 # A subscriber that falls behind drops messages instead of growing without bound:
 # 1000 notices of at most 8 KiB is far beyond any real burst.
 PENDING_MSGS = 1000
@@ -48,7 +54,7 @@ def tls_context(config: Config) -> ssl.SSLContext | None:
     relay = config.relay
     if not (relay.tls_ca or relay.tls_cert or any(s.startswith("tls://") for s in relay.servers)):
         return None
-    ctx = ssl.create_default_context(cafile=relay.tls_ca or None)
+    ctx = strict_context(relay.tls_ca)   # as every TLS client of the agent (common/http.py)
     if relay.tls_cert:
         ctx.load_cert_chain(relay.tls_cert, relay.tls_key or None)
     return ctx
@@ -67,7 +73,7 @@ def connect_options(config: Config, on_status: Status, closed: asyncio.Event) ->
         # nats-py reports each message it dropped for a full pending queue (PENDING_MSGS) as
         # a SlowConsumerError: a flood, counted apart from connection errors.
         status = "slow_consumer" if type(e).__name__ == "SlowConsumerError" else "error"
-        on_status(status, f"{type(e).__name__}: {e}"[:300])
+        on_status(status, (strict_refusal(e) or f"{type(e).__name__}: {e}")[:300])
 
     async def was_closed() -> None:
         closed.set()
@@ -108,7 +114,7 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
         nc = None
         try:
             options = connect_options(config, report, closed)
-            nc = await _until_stop(nats.connect(**options), stop)
+            nc = await _until_stop(asyncio.wait_for(nats.connect(**options), CONNECT_ATTEMPT_S), stop)
             if nc is None:
                 return
             for subject in subjects:
@@ -116,7 +122,7 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
                                    pending_bytes_limit=PENDING_BYTES)
             await nc.flush(timeout=2)
         except Exception as e:  # noqa: BLE001 -- nats-py, ssl and file errors alike mean "retry later"
-            report("error", f"connect: {type(e).__name__}: {e}"[:300])
+            report("error", f"connect: {_connect_failure(e)}"[:300])
             if nc is not None:
                 await _close_quietly(nc)
             await _sleep(stop, delay)
@@ -130,6 +136,12 @@ async def run_relay(config: Config, on_payload: Callable[[bytes, str], None],
             return
         report("closed", "connection closed; starting over")
         await _sleep(stop, delay)
+
+
+def _connect_failure(e: Exception) -> str:
+    if isinstance(e, TimeoutError) and not str(e):
+        return f"not connected within {CONNECT_ATTEMPT_S:g} s; starting over"
+    return strict_refusal(e) or f"{type(e).__name__}: {e}"
 
 
 def _unless_stopping(on_status: Status, stop: asyncio.Event) -> Status:

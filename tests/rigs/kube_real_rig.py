@@ -12,8 +12,6 @@ Objects a controller-less 1.20 server needs a hand with live in tests/rigs/kube_
 """
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import secrets
 import signal
@@ -27,11 +25,11 @@ from typing import Self
 
 import requests
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
 from tests.rigs.kube_real_objects import KubeClient
+from tests.support import pki
 
 DEFAULT_NODES = ("node-a", "node-b")
 READY_TIMEOUT_S = 90.0  # ~4 s when idle; generous because the 2 cores are shared
@@ -69,71 +67,37 @@ def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
     )
 
 
-def _make_pki(pki: Path) -> None:
+def _make_pki(pki_dir: Path) -> None:
     """A throwaway CA, a serving cert for 127.0.0.1/localhost, and a service-account key pair."""
-    pki.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    valid_from, valid_to = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2)
+    pki_dir.mkdir(parents=True, exist_ok=True)
 
+    # RFC 5280's extensions (tests/support/pki.py): Python 3.13 and the agent verify strictly.
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sco-test-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid_from).not_valid_after(valid_to)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-            key_encipherment=False, data_encipherment=False, key_agreement=False,
-            encipher_only=False, decipher_only=False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca = pki.ca("sco-test-ca", ca_key)
     srv_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    srv_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name).public_key(srv_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid_from).not_valid_after(valid_to)
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.DNSName("kubernetes.default.svc"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        ]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    srv_cert = pki.leaf(pki.name("kube-apiserver"), srv_key, ca, (pki.SERVER,),
+                        ("localhost", "kubernetes.default.svc", "127.0.0.1"))
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
-    _write_pem(pki / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_pem(pki / "apiserver.crt", srv_cert.public_bytes(serialization.Encoding.PEM))
-    _write_pem(pki / "apiserver.key", _key_pem(srv_key))
-    _write_pem(pki / "sa.key", _key_pem(sa_key))
-    _write_pem(pki / "ca.key", _key_pem(ca_key))   # kept to issue client certificates (issue_client_cert)
+    _write_pem(pki_dir / "ca.crt", ca.cert.public_bytes(serialization.Encoding.PEM))
+    _write_pem(pki_dir / "apiserver.crt", srv_cert.public_bytes(serialization.Encoding.PEM))
+    _write_pem(pki_dir / "apiserver.key", _key_pem(srv_key))
+    _write_pem(pki_dir / "sa.key", _key_pem(sa_key))
+    _write_pem(pki_dir / "ca.key", _key_pem(ca_key))   # kept to issue client certificates (issue_client_cert)
 
 
-def issue_client_cert(pki: Path, name: str, common_name: str, organizations: tuple[str, ...]) -> tuple[Path, Path]:
+def issue_client_cert(pki_dir: Path, name: str, common_name: str,
+                      organizations: tuple[str, ...]) -> tuple[Path, Path]:
     """A client certificate from the rig's CA: kube-apiserver's x509 authenticator (--client-ca-file)
     takes the subject's CN as the user name and each O as a group -- for a node identity
     CN=system:node:<name>, O=system:nodes, as the kubelet's own certificate. Returns (cert, key)."""
-    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
     assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca = pki.Issuer(x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes()), ca_key)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-                        + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return (_write_pem(pki / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
-            _write_pem(pki / f"{name}.key", _key_pem(key)))
+    cert = pki.leaf(pki.name(common_name, organizations), key, ca, (pki.CLIENT,))
+    return (_write_pem(pki_dir / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
+            _write_pem(pki_dir / f"{name}.key", _key_pem(key)))
 
 
 # Node PATCHes with their request bodies, nothing else: enough to see which identity sent what.
@@ -283,7 +247,7 @@ class RealApiServer:
         return client
 
     def _start_apiserver(self, port: int, etcd_url: str) -> None:
-        pki = self.base_dir / "pki"
+        pki_dir = self.base_dir / "pki"
         policy = self.base_dir / "audit-policy.json"
         policy.write_text(json.dumps(AUDIT_POLICY))
         self._spawn("kube-apiserver", [
@@ -291,16 +255,16 @@ class RealApiServer:
             f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             f"--secure-port={port}", "--insecure-port=0",
-            f"--cert-dir={pki}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--token-auth-file={pki / 'tokens.csv'}",
-            f"--client-ca-file={pki / 'ca.crt'}",   # x509 client certificates: issue_client_cert
+            f"--cert-dir={pki_dir}",
+            f"--tls-cert-file={pki_dir / 'apiserver.crt'}", f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+            f"--token-auth-file={pki_dir / 'tokens.csv'}",
+            f"--client-ca-file={pki_dir / 'ca.crt'}",   # x509 client certificates: issue_client_cert
             f"--audit-policy-file={policy}", f"--audit-log-path={self.base_dir / 'audit.log'}",
             "--audit-log-mode=blocking",   # an event is on disk before the response: no waiting in tests
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
-            f"--service-account-key-file={pki / 'sa.key'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-account-key-file={pki_dir / 'sa.key'}",
+            f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.96.0.0/24",
             "--profiling=false", "--v=1",

@@ -7,8 +7,6 @@ key in base32 with a one- or two-byte prefix and a CRC-16; a NATS JWT is
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import os
 import secrets
@@ -16,12 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.x509.oid import NameOID
 
+from tests.support import pki
 from watcher.nats_creds import PREFIX_SEED, crc16
 
 PREFIX = {"operator": 14 << 3, "account": 0, "user": 20 << 3}
@@ -92,24 +89,9 @@ def operator_setup(directory: str) -> tuple[str, str]:
     return conf, creds
 
 
-def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, signer: ec.EllipticCurvePrivateKey,
-          ca: bool) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                         x509.DNSName("localhost")]), critical=False)
-    return builder.sign(signer, hashes.SHA256())
-
-
-def tls_setup(directory: str) -> dict[str, str]:
-    """A CA, a server and a client certificate (for 127.0.0.1) and a mutual-TLS nats-server config."""
+def tls_setup(directory: str, rfc5280: bool = True) -> dict[str, str]:
+    """A CA, a server and a client certificate (for 127.0.0.1) and a mutual-TLS nats-server config.
+    ``rfc5280=False``: the server's certificate lacks what RFC 5280 requires (tests/support/pki.py)."""
     paths = {}
 
     def write(name: str, data: bytes) -> str:
@@ -118,13 +100,12 @@ def tls_setup(directory: str) -> dict[str, str]:
             f.write(data)
         return paths[name]
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
-    ca = _cert("test-ca", ca_key, ca_name, ca_key, ca=True)
-    write("ca.pem", ca.public_bytes(serialization.Encoding.PEM))
-    for role in ("server", "client"):
+    ca = pki.ca("test-ca", ec.generate_private_key(ec.SECP256R1()))
+    write("ca.pem", ca.cert.public_bytes(serialization.Encoding.PEM))
+    for role, usage in (("server", pki.SERVER), ("client", pki.CLIENT)):
         key = ec.generate_private_key(ec.SECP256R1())
-        write(f"{role}.pem", _cert(role, key, ca_name, ca_key, ca=False).public_bytes(serialization.Encoding.PEM))
+        cert = pki.leaf(pki.name(role), key, ca, (usage,), pki.LOOPBACK_SANS, rfc5280=rfc5280 or role == "client")
+        write(f"{role}.pem", cert.public_bytes(serialization.Encoding.PEM))
         write(f"{role}-key.pem", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                    serialization.NoEncryption()))
     write("tls.conf", (f'tls {{\n  cert_file: "{paths["server.pem"]}"\n  key_file: "{paths["server-key.pem"]}"\n'

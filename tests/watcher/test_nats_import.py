@@ -11,7 +11,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+from common.proven import NATS_PY, installed_version
 from tests.support.agent_rig import REPO
 from tests.support.nats_rig import NatsServer
 
@@ -50,16 +54,31 @@ print(json.dumps({"before": before, "version": __version__, "real": importlib.me
 """
 
 
-def test_nats_is_imported_lean_and_still_handles_headers(tmp_path):
+def nats_py(version: str) -> str:
+    """A PYTHONPATH entry holding nats-py ``version`` ("" for the venv's own): pip-installed once
+    (pure Python, no dependencies) into the tests' cache, outside the repository."""
+    if version == installed_version("nats-py", "nats"):
+        return ""
+    target = Path(os.environ.get("SCO_CACHE") or Path.home() / ".cache" / "sco-agent") / f"nats-py-{version}"
+    if not (target / f"nats_py-{version}.dist-info").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--upgrade", "--target", str(target), f"nats-py=={version}"], check=True, timeout=300)
+    return str(target)
+
+
+@pytest.mark.parametrize("version", NATS_PY)
+def test_nats_is_imported_lean_and_still_handles_headers(tmp_path, version):
+    """For each nats-py the lean import was tested with (common/proven.py NATS_PY, a range, not one pin)."""
     server = NatsServer().start()
+    path = os.pathsep.join(filter(None, [nats_py(version), REPO]))
     try:
-        out = subprocess.run([sys.executable, "-c", CHILD, server.url], env=dict(os.environ, PYTHONPATH=REPO),
+        out = subprocess.run([sys.executable, "-c", CHILD, server.url], env=dict(os.environ, PYTHONPATH=path),
                              capture_output=True, text=True, timeout=60, check=False)
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
     assert r["before"] == ["nats.js"]       # the stand-in only: no JetStream, no metadata, no email
-    assert r["version"] == r["real"] == "2.16.0"   # nats-py's CONNECT still says its real version
+    assert r["version"] == r["real"] == version   # nats-py's CONNECT still says its real version
     assert r["headers"] == {"Nats-Msg-Id": "abc"}
     assert r["no_responders"] and r["js_loaded"]   # the status header path loaded the real nats.js

@@ -17,7 +17,7 @@ from tests.support.nats_rig import NatsServer
 from tests.support.wait import wait_for
 from tests.watcher.conftest import make_config
 from watcher.nats_creds import CredsError, read_creds
-from watcher.relay import run_relay
+from watcher.relay import CONNECT_ATTEMPT_S, run_relay
 
 NODE_SUBJECT, HALL_SUBJECT = "sco.notice.h1.node_a_internal", "sco.notice.h1.all"
 
@@ -29,6 +29,7 @@ class RelayHarness:
         self.config = make_config(node="node.a.internal", relay=relay)
         self.payloads: list[tuple[str, bytes]] = []
         self.statuses: list[str] = []
+        self.details: list[str] = []
         self._started = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
@@ -37,7 +38,11 @@ class RelayHarness:
         self.stop_event = asyncio.Event()
         self._started.set()
         await run_relay(self.config, lambda p, s: self.payloads.append((s, p)),
-                        lambda status, detail: self.statuses.append(status), self.stop_event)
+                        self._on_status, self.stop_event)
+
+    def _on_status(self, status: str, detail: str) -> None:
+        self.details.append(detail)
+        self.statuses.append(status)
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -146,6 +151,30 @@ def test_tls_without_a_client_certificate_is_refused_and_retried(tmp_path):
         with RelayHarness(servers=[f"tls://127.0.0.1:{server.port}"], tls_ca=paths["ca.pem"]) as relay:
             relay.wait_status("error", at_least=2)
             assert relay.count("connected") == 0
+    finally:
+        server.stop()
+
+
+def test_a_relay_certificate_without_rfc5280_extensions_is_refused_naming_what_is_missing(tmp_path):
+    """Strict X.509 on every interpreter (common/http.py STRICT_X509): the relay's certificate lacks
+    the authorityKeyIdentifier RFC 5280 requires. Python 3.13 refuses it by default; the agent refuses
+    it on 3.11 and 3.12 too, and each attempt is an error (counted and sent to the spool as
+    relay.error by the watcher) that names the missing extension, then retried."""
+    paths = authkit.tls_setup(str(tmp_path), rfc5280=False)
+    server = NatsServer(str(tmp_path / "nats.log"), args=["-c", paths["tls.conf"]]).start()
+    try:
+        with RelayHarness(servers=[f"tls://127.0.0.1:{server.port}"], tls_ca=paths["ca.pem"],
+                          tls_cert=paths["client.pem"], tls_key=paths["client-key.pem"]) as relay:
+            def refusals() -> list[str]:
+                return [d for d in relay.details if "strict X.509" in d and "Missing Authority Key Identifier" in d]
+
+            # Refused, then refused again: nats-py's hang after the first refusal (relay.py
+            # CONNECT_ATTEMPT_S) does not silence the relay for good.
+            wait_for(lambda: len(refusals()) >= 2, 3 * CONNECT_ATTEMPT_S, "two refusals naming the extension")
+            assert relay.count("connected") == 0
+            others = [d for s, d in zip(relay.statuses, relay.details, strict=True)
+                      if s == "error" and d not in refusals()]
+            assert all("starting over" in d for d in others), others
     finally:
         server.stop()
 

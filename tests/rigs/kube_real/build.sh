@@ -55,66 +55,12 @@ else
     log "keeping build dir $WORK"
 fi
 
-# --- deb-src entries derived from this machine's own apt sources -------------------------------
-# The machine's sources have only `deb` entries. We turn the Debian ones (suite = this release's
-# codename or codename-*) into `deb-src` lines in a private list, so no mirror host is ever written
-# into the repo and the system's apt configuration and lists are left untouched.
-# shellcheck disable=SC1091
-CODENAME="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
+# --- deb-src entries derived from this machine's own apt sources (tests/rigs/deb_src_lines.sh) ---
 PRIVATE_LIST="$WORK/apt/sources.list"
 mkdir -p "$WORK/apt/lists/partial"
-
-one_line_sources() {  # classic "deb [opts] uri suite comp..." files
-    local f
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [[ -f "$f" ]] || continue
-        awk -v cn="$CODENAME" '
-            $1 == "deb" {
-                i = 2; opts = ""
-                if ($2 ~ /^\[/) { while ($i !~ /\]$/) { opts = opts $i " "; i++ } opts = opts $i " "; i++ }
-                uri = $i; suite = $(i + 1)
-                if (suite != cn && index(suite, cn "-") != 1) next
-                line = "deb-src " opts uri " " suite
-                for (j = i + 2; j <= NF; j++) line = line " " $j
-                print line
-            }' "$f"
-    done
-}
-
-deb822_sources() {  # "Types: deb / URIs: / Suites: / Components: / Signed-By:" stanzas
-    local f
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [[ -f "$f" ]] || continue
-        awk -v cn="$CODENAME" '
-            function flush(   n, m, u, s, i, j, uris, suites, opts) {
-                if (types ~ /(^| )deb( |$)/ && enabled != "no" && uri_s != "") {
-                    opts = (signed ~ /^\//) ? "[signed-by=" signed "] " : ""
-                    n = split(uri_s, uris, " "); m = split(suite_s, suites, " ")
-                    for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) {
-                        s = suites[j]
-                        if (s == cn || index(s, cn "-") == 1) print "deb-src " opts uris[i] " " s " " comps
-                    }
-                }
-                types = uri_s = suite_s = comps = signed = enabled = ""
-            }
-            /^[ \t]*$/ { flush(); next }
-            /^[ \t#]/  { next }                       # comments and continuation lines (inline keys)
-            {
-                key = tolower($1); sub(/:$/, "", key); val = $0; sub(/^[^:]*:[ \t]*/, "", val)
-                if (key == "types") types = val
-                else if (key == "uris") uri_s = val
-                else if (key == "suites") suite_s = val
-                else if (key == "components") comps = val
-                else if (key == "signed-by") signed = val
-                else if (key == "enabled") enabled = tolower(val)
-            }
-            END { flush() }' "$f"
-    done
-}
-
-{ one_line_sources; deb822_sources; } | sort -u >"$PRIVATE_LIST"
+bash "$(dirname "$0")/../deb_src_lines.sh" >"$PRIVATE_LIST"
 if [[ ! -s "$PRIVATE_LIST" ]]; then
-    log "no Debian '$CODENAME' entries in this machine's apt sources: cannot fetch the source package"
+    log "no Debian entries for this release in this machine's apt sources: cannot fetch the source package"
     exit 3
 fi
 log "derived $(wc -l <"$PRIVATE_LIST") deb-src entries from the machine's apt sources"
