@@ -1,9 +1,8 @@
 """The Slurm drain recipe: DRAIN this node, signal its jobs, requeue what stays, verify -- or go around slurmctld.
 
-The Slurm scheduler's worker thread (``executor.slurm.scheduler``) calls
-``SlurmDrain.step(tracked, now)`` for every running drain, with the latest order
-the drain core handed over. Each call re-reads Slurm's real state and does what
-is still missing, so an executor restarted mid-drain simply carries on:
+The Slurm scheduler's worker thread calls ``SlurmDrain.step(tracked, at)`` for every running
+drain with the core's latest order; each call re-reads Slurm's real state and does what is still
+missing (its pacing on the monotonic clock), so an executor restarted mid-drain carries on:
 
 1. DRAIN the node with a reason naming the governing notice (renamed when another takes
    the drain over; an operator's drain is left as it is), then read the state back:
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from common.clock import Moment
 from common.events import EventType
 from common.recorder import Recorder
 from common.wire import DrainState, Phase, Step
@@ -82,7 +82,7 @@ class Tracked:
     steps: set[str] = field(default_factory=set)
     phase: str = ""
     remaining: tuple[str, ...] | None = None
-    next_at: float = 0.0
+    next_at: float = float("-inf")   # MonoTime: when the next round is due
     finished: bool = False
     kept: bool = True   # the memo is in the record
 
@@ -106,19 +106,19 @@ class SlurmDrain:
         # Keyed by (drain.error, notice id + text); last_error: the key each notice last failed with.
         self.errors = Recorder(self._say_error, ERROR_REPEAT_S)
         self.last_error: dict[str, str] = {}
-        self.undo_at: dict[str, float] = {}
+        self.undo_at: dict[str, float] = {}   # MonoTime: a withdrawal's next try
         self.probe: Probe | None = None
         self.dry_said: set[tuple[str, str]] = set()
 
     # -- entry points ------------------------------------------------------------
-    def tick(self, now: float, force: bool = False) -> None:
-        """Say the errors counted since their last report once their window has passed (all: ``force``)."""
-        self.errors.tick(force, now)
+    def tick(self, force: bool = False, mono: float | None = None) -> None:
+        """Say the errors counted since their last report once their window (monotonic) has passed."""
+        self.errors.tick(force, mono)
 
-    def step(self, t: Tracked, now: float) -> None:
-        """One round of the drain of ``t`` (paced: a call before it is due does nothing)."""
-        o = t.order
-        if t.finished or now < t.next_at:
+    def step(self, t: Tracked, at: Moment) -> None:
+        """One round of the drain of ``t``, paced on the monotonic clock (phases: the wall clock's)."""
+        o, now = t.order, at.wall
+        if t.finished or at.mono < t.next_at:
             return
         if not t.kept:
             t.kept = True
@@ -131,27 +131,27 @@ class SlurmDrain:
         if self._controller_answers(t.memo.down_since, now):
             try:
                 self._through_controller(t, ph, now)
-                t.next_at = now + POLL_S
+                t.next_at = at.mono + POLL_S
                 if o.notice_id in self.last_error:   # answered again: the next failure is news
                     self.errors.forget("drain.error", self.last_error.pop(o.notice_id))
                 return
             except Unreachable as e:
                 why = str(e)
-                self._error(o.notice_id, e, now)
+                self._error(o.notice_id, e, at.mono)
             except (SlurmError, NotOwnNode) as e:
-                self._error(o.notice_id, e, now)
-                t.next_at = now + RETRY_S
+                self._error(o.notice_id, e, at.mono)
+                t.next_at = at.mono + RETRY_S
                 return
         self._around_controller(t, ph, now, why)
-        t.next_at = now + DOWN_POLL_S
+        t.next_at = at.mono + DOWN_POLL_S
 
-    def undo(self, w: Withdrawal, now: float) -> bool:
+    def undo(self, w: Withdrawal, at: Moment) -> bool:
         """A withdrawn notice: RESUME the node if (and only if) the agent's own drain holds it.
         True once done (reported: drain.uncordoned, the state withdrawn)."""
-        nid = w.notice_id
-        if now < self.undo_at.get(nid, 0.0):
+        nid, now = w.notice_id, at.wall
+        if at.mono < self.undo_at.get(nid, float("-inf")):
             return False
-        self.undo_at[nid] = now + DOWN_POLL_S
+        self.undo_at[nid] = at.mono + DOWN_POLL_S   # an interval: monotonic
         memo = of_record(w.memo)
         try:
             if not self._controller_answers(memo.down_since if memo is not None else None, now):
@@ -164,7 +164,7 @@ class SlurmDrain:
                 self._act(nid, "resume", lambda: self.cli.resume(self.node), now)
                 node = self.cli.node_info(self.node)
         except (SlurmError, NotOwnNode) as e:
-            self._error(nid, e, now)
+            self._error(nid, e, at.mono)
             return False
         self.out.put(StepDone(nid, Step.UNCORDONED, "drain.uncordoned", {
             "scheduler": "slurm", "action": action, "node_state": node.state, "reason": node.reason}))
@@ -387,14 +387,14 @@ class SlurmDrain:
             self._event(nid, "drain.dry_run", {"scheduler": "slurm", "action": what})
         return None
 
-    def _error(self, nid: str, e: Exception, now: float) -> None:
+    def _error(self, nid: str, e: Exception, mono: float) -> None:
         """A failed call: one event per (notice, text) and window, not one per round, so a dead
         controller does not flood the spool. What used to be "the same text again is dropped" is
         now "said again with its count once ERROR_REPEAT_S has passed" (common/recorder.py)."""
         text = str(e)[:300]
         self.last_error[nid] = f"{nid}\n{text}"
         self.errors.record("drain.error", self.last_error[nid],
-                           {"scheduler": "slurm", "error": text, "notice_id": nid}, now=now)
+                           {"scheduler": "slurm", "error": text, "notice_id": nid}, now=mono)
 
     def _say_error(self, type_: EventType, data: dict[str, Any]) -> None:
         self._event(data.pop("notice_id"), type_, data)

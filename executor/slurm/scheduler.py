@@ -15,10 +15,10 @@ once across a SIGKILL.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from common.clock import moment
 from executor.scheduler import Log, Order, Remember, Report, ReportQueue, Saved, Withdrawal
 from executor.slurm.cli import SlurmCli
 from executor.slurm.memo import memo_problem
@@ -118,19 +118,19 @@ class SlurmScheduler:
                     if t is None:
                         t = tracked[nid] = Tracked.of(order)
                     t.order = order
-                    self.recipe.step(t, time.time())
+                    self.recipe.step(t, moment())
                     if t.finished:
                         self._finished(self._orders, nid)
                 for key, w in withdrawals.items():
                     tracked.pop(w.notice_id, None)
-                    if self.recipe.undo(w, time.time()):
+                    if self.recipe.undo(w, moment()):
                         self._finished(self._withdrawals, key)
-                self.recipe.tick(time.time())
+                self.recipe.tick()
                 self._kick.wait(IDLE_WAIT_S)
         except Stopped:
             pass
         finally:
-            self.recipe.tick(time.time(), force=True)   # nothing counted goes unsaid
+            self.recipe.tick(force=True)   # nothing counted goes unsaid
             if self.recipe.probe is not None:
                 self.recipe.probe.close()
 

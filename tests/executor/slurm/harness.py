@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.clock import moment
 from common.contract import BUILTIN, SlurmPolicy
 from common.notice import Notice
 from common.wire import DrainRecord
@@ -134,7 +135,7 @@ class Driver:
 
     def step(self) -> None:
         self.tracked.order = self._order()
-        self.drain.step(self.tracked, time.time())
+        self.drain.step(self.tracked, moment())
 
     def until(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         """Step every 0.1 s until ``predicate`` holds; TimeoutError naming ``what`` and the record."""
@@ -150,7 +151,7 @@ class Driver:
         def undone() -> bool:
             if self.rec["state"] != "withdrawn":
                 o = self._order()
-                self.drain.undo(Withdrawal(self.n.id, o.taint_key, o.steps_done, o.memo, other_notices), time.time())
+                self.drain.undo(Withdrawal(self.n.id, o.taint_key, o.steps_done, o.memo, other_notices), moment())
             return self.rec["state"] == "withdrawn"
 
         wait_for(undone, timeout, lambda: f"withdrawn; events {self.out.types()}", interval=0.1, retry_on=())

@@ -4,10 +4,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from common.notice import Notice
 from executor.slurm.cli import NodeInfo, NotRequeueable, SlurmError, Unreachable
-from executor.slurm.recipe import SlurmDrain, Tracked
+from executor.slurm.recipe import POLL_S, SlurmDrain, Tracked
 from tests.executor.slurm.harness import Recorder, order, record
+from tests.support.clocks import at
 
 
 class Answer:
@@ -100,7 +103,7 @@ class Run:
         t = start or time.time()
         for _ in range(k):
             self.tracked.order = order(self.n, self.out.rec)
-            self.drain.step(self.tracked, t)
+            self.drain.step(self.tracked, at(t))
             t += 10.0
         return t
 
@@ -194,9 +197,29 @@ def test_a_refusal_that_lasts_is_said_again_per_window_with_its_count_and_the_re
     r = Run(fake)
     out = r.out
     t = r.rounds(7)                              # 70 s of refusals, one round every 10 s
-    r.drain.tick(t)
+    r.drain.tick(mono=t)
     assert [(d["count"], d["total"]) for d in out.of("drain.error")] == [(1, 1), (6, 7)]
     t = r.rounds(2, start=t)
-    r.drain.tick(t, force=True)
+    r.drain.tick(force=True, mono=t)
     assert [(d["count"], d["total"]) for d in out.of("drain.error")][-1] == (2, 9)
     assert all("Invalid node state" in d["error"] for d in out.of("drain.error"))
+
+
+@pytest.mark.parametrize("step_s", [-60.0, 60.0])
+def test_the_rounds_keep_their_pace_when_the_wall_clock_steps(step_s):
+    """Issue 26 point 8: the recipe's pacing (POLL_S between rounds) is an interval, on the
+    monotonic clock. A wall clock stepped 60 s back must not stall the drain for 60 s, and one
+    stepped 60 s ahead must not fire rounds early; the phases still follow the wall clock."""
+    fake = FakeSlurm()
+    fake.running = [5]
+    run = Run(fake)
+    wall, mono = time.time(), 1000.0
+    run.drain.step(run.tracked, at(wall, mono))
+    first = len(fake.calls)
+    assert first > 0
+    run.tracked.order = order(run.n, run.out.rec)
+    run.drain.step(run.tracked, at(wall + step_s, mono + POLL_S / 2))   # not due yet, whatever the wall says
+    assert len(fake.calls) == first
+    run.tracked.order = order(run.n, run.out.rec)
+    run.drain.step(run.tracked, at(wall + step_s, mono + POLL_S + 0.01))   # due: a round, stepped or not
+    assert len(fake.calls) > first
