@@ -324,6 +324,8 @@ class Drains:
             return False
         rec = self.records.get(r.notice_id)
         if rec is None:
+            if isinstance(r, Announce) and not r.notice_id:   # of the scheduler itself (a worker restarted)
+                self._announce("", r.event, r.data, now)
             if isinstance(r, Remember) and r.saved is not None:
                 r.saved.set()   # nothing to keep it in: do not hold the scheduler up
             return False

@@ -87,6 +87,7 @@ class DrainRunner(AroundTheServer):
         self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
+        self.crashed = ""   # what ended it, if an exception nobody foresaw did (the scheduler restarts it)
         self._fallback_refused = False   # its marker could not be saved: not run, not tried again
         # Coordinator thread only (the workers report through the answers queue).
         self._warnings: Recorder[str] = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
@@ -144,7 +145,12 @@ class DrainRunner(AroundTheServer):
 
     # -- the recipe -----------------------------------------------------------------------
     def _main(self) -> None:
-        api = self._main_api = self._make_api()
+        try:
+            api = self._main_api = self._make_api()
+        except Exception as e:  # noqa: BLE001 -- as below: said, and started again after a pause
+            self.crashed = f"{type(e).__name__}: {e}"[:500]
+            self._report(Log(self.spec.notice_id, "drain.crashed", {"error": self.crashed}))
+            return
         try:
             if self.spec.dry_run:   # read only, one plan, an end of its own kind
                 plan = last_resort.dry_run_plan(self.spec, api, self.inputs, self._clock, self._wait, self._pdbs_of)
@@ -160,7 +166,8 @@ class DrainRunner(AroundTheServer):
         except Stopped:
             pass
         except Exception as e:  # noqa: BLE001 -- report, and let the loop start a new runner
-            self._report(Log(self.spec.notice_id, "drain.crashed", {"error": f"{type(e).__name__}: {e}"[:500]}))
+            self.crashed = f"{type(e).__name__}: {e}"[:500]   # set first: the loop may see the thread end
+            self._report(Log(self.spec.notice_id, "drain.crashed", {"error": self.crashed}))
         finally:
             self._warnings.tick(force=True)
             api.close()

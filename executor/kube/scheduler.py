@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.http import TlsFiles
 from common.pod_policy import Rules
+from common.supervise import pause_for
 from common.timefmt import format_rfc3339
 from common.wire import EVICT_OVER, FINAL, DrainState, Step
 from executor.kube import node_steps, pacing
@@ -119,7 +120,8 @@ class KubeScheduler:
         self._out = ReportQueue()
         self.runners: dict[str, DrainRunner] = {}
         self.withdrawals: dict[str, WithdrawRunner] = {}
-        self._restart_at: dict[str, float] = {}
+        self._restart_at: dict[str, float] = {}   # MonoTime
+        self._crashes: dict[str, int] = {}        # notice id -> its runners' crashes in a row
         self._settled: set[str] = set()   # withdrawn before anything was done on the node
 
     def fileno(self) -> int:
@@ -130,6 +132,7 @@ class KubeScheduler:
         for r in out:
             if isinstance(r, NewState):   # the drain reached an end state: forget its runner
                 self.runners.pop(r.notice_id, None)
+                self._crashes.pop(r.notice_id, None)
         return out
 
     def advance(self, order: Order, now: float) -> None:
@@ -144,11 +147,23 @@ class KubeScheduler:
         mono = time.monotonic()   # the restart's pause is an interval (common.clock), not a deadline
         if runner is not None:   # it ended without saying done: it crashed, or was stopped
             del self.runners[nid]
-            self._restart_at[nid] = mono + RESTART_AFTER_S
+            self._restart_at[nid] = mono + self._restart_pause(nid, runner.crashed)
         if mono < self._restart_at.get(nid, float("-inf")):
             return
         self.runners[nid] = DrainRunner(drain_spec(order, self.config), self.make_api, self._out.put,
                                         inputs_of(order)).start()
+
+    def _restart_pause(self, nid: str, crashed: str) -> float:
+        """How long before a runner that ended is started again. One that crashed (an exception nobody
+        foresaw) is counted and said (``agent.thread_restarted``), and waits longer each time in a row
+        (``common.supervise.pause_for``): a drain that fails at once on every start must not spin."""
+        if not crashed:
+            return RESTART_AFTER_S   # stopped (a takeover, a withdrawal that was taken back)
+        n = self._crashes[nid] = self._crashes.get(nid, 0) + 1
+        pause = pause_for(n, RESTART_AFTER_S)
+        self._out.put(Announce(nid, "agent.thread_restarted", {
+            "thread": f"drain-{nid[:16]}", "error": crashed, "restarts": n, "pause_s": pause}))
+        return pause
 
     def _stopping_others(self, nid: str) -> bool:
         """Stop every runner that is not ``nid``'s drain (a notice that no longer governs, an undo

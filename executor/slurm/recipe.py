@@ -128,7 +128,7 @@ class SlurmDrain:
             return
         ph = phase_at(o.ends, now, o.level)
         why = "slurmctld does not answer scontrol ping"
-        if self._controller_answers(t.memo.down_since, now):
+        if self._controller_answers(t.memo.down_since, at.mono):
             try:
                 self._through_controller(t, ph, now)
                 t.next_at = at.mono + POLL_S
@@ -154,7 +154,7 @@ class SlurmDrain:
         self.undo_at[nid] = at.mono + DOWN_POLL_S   # an interval: monotonic
         memo = of_record(w.memo)
         try:
-            if not self._controller_answers(memo.down_since if memo is not None else None, now):
+            if not self._controller_answers(memo.down_since if memo is not None else None, at.mono):
                 return False  # kept until the controller answers: the DRAIN may still be there
             node = self.cli.node_info(self.node)
             action = undo_action(node, w.others_active)
@@ -218,14 +218,14 @@ class SlurmDrain:
         self._finish(t, DrainState.DRY_RUN)
 
     # -- with the controller ------------------------------------------------------
-    def _controller_answers(self, down_since: float | None, now: float) -> bool:
+    def _controller_answers(self, down_since: float | None, mono: float) -> bool:
         if down_since is None:
             return self.cli.ping()
         # Known down: ask in the background, so a hung controller does not hold up other notices.
         if self.probe is None:
-            self.probe = self.cli.start_ping(now)
+            self.probe = self.cli.start_ping(mono)   # its timeout is an interval: monotonic
             return False
-        answer = self.probe.result(now)
+        answer = self.probe.result(mono)
         if answer is None:
             return False
         self.probe = None

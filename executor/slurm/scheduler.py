@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.clock import moment
-from executor.scheduler import Log, Order, Remember, Report, ReportQueue, Saved, Withdrawal
+from common.supervise import Crash, Supervised
+from executor.scheduler import Announce, Log, Order, Remember, Report, ReportQueue, Saved, Withdrawal
 from executor.slurm.cli import SlurmCli
 from executor.slurm.memo import memo_problem
 from executor.slurm.recipe import SlurmDrain, Tracked
@@ -48,7 +49,7 @@ class SlurmScheduler:
         self._done: set[str] = set()       # ids whose drain or withdrawal has finished
         self._kick = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: Supervised | None = None
 
     # -- the Scheduler protocol, on the loop's thread -------------------------------------
     def advance(self, order: Order, now: float) -> None:
@@ -73,9 +74,10 @@ class SlurmScheduler:
     def close(self) -> None:
         self._stop.set()
         self._kick.set()
-        if self._thread is not None:
+        if self._worker is not None:
             # A CLI call in flight ends within its timeout; the thread is a daemon either way.
-            self._thread.join(1.0)
+            self._worker.stop()
+            self._worker.join(1.0)
         self._queue.close()
 
     def _hand_over(self, table: dict[str, Any], key: str, item: Order | Withdrawal) -> None:
@@ -84,9 +86,10 @@ class SlurmScheduler:
                 return
             new = key not in table
             table[key] = item
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._main, name="slurm-drain", daemon=True)
-            self._thread.start()
+        if self._worker is None:
+            # Supervised: an exception nobody foresaw restarts the worker after a growing pause (said
+            # as agent.thread_restarted); it rebuilds what it tracks from the orders, as a restart does.
+            self._worker = Supervised("slurm-drain", self._main, on_crash=self._crashed).start()
         if new:
             self._kick.set()
 
@@ -104,7 +107,11 @@ class SlurmScheduler:
                 raise Stopped()   # not on disk: whatever it guarded is not done
 
     # -- the worker ---------------------------------------------------------------------------
-    def _main(self) -> None:
+    def _crashed(self, crash: Crash) -> None:
+        self._queue.put(Announce("", "agent.thread_restarted", {
+            "thread": crash.thread, "error": crash.error, "restarts": crash.restarts, "pause_s": crash.pause_s}))
+
+    def _main(self, stopping: threading.Event) -> None:
         tracked: dict[str, Tracked] = {}
         try:
             while not self._stop.is_set():
@@ -133,6 +140,7 @@ class SlurmScheduler:
             self.recipe.tick(force=True)   # nothing counted goes unsaid
             if self.recipe.probe is not None:
                 self.recipe.probe.close()
+                self.recipe.probe = None   # a restarted worker starts its own
 
     def _finished(self, table: dict[str, Any], key: str) -> None:
         with self._lock:

@@ -9,7 +9,7 @@ from common.contract import BUILTIN, FALLBACK_MARGIN_S, Contract
 from common.log import Logger
 from common.wire import DrainState, Step
 from executor.drain import Drains
-from executor.scheduler import Order, Problem, Report, Withdrawal
+from executor.scheduler import Announce, Order, Problem, Report, Withdrawal
 from tests.support.notices import notice
 
 
@@ -94,3 +94,13 @@ def test_a_config_error_is_said_once_and_kept_for_the_verdict():
     assert rec.problem == "403 Forbidden: nope" and Step.CONFIG_ERROR in rec.steps
     assert [e[2] for e in shell.events if e[0] == "drain.config_error"] == [{"reason": "403 Forbidden: nope"}]
     assert rec.state == DrainState.RUNNING   # still retried: someone may fix the credential
+
+
+def test_a_report_of_the_scheduler_itself_is_said_not_dropped():
+    """A scheduler's worker that restarted says so under no notice (``Announce`` with an empty id):
+    the core spools it as it is, where a report for an unknown notice would be dropped."""
+    d, sched, shell = drains()
+    data = {"thread": "slurm-drain", "error": "RuntimeError: x", "restarts": 1, "pause_s": 0.5}
+    sched.pending = [Announce("", "agent.thread_restarted", data), Announce("gone", "drain.error", {})]
+    d.on_reports(1796000000.0, 1.0)
+    assert shell.events == [("agent.thread_restarted", "", data)]

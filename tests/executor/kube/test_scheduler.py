@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import copy
+import itertools
+import time
 from typing import Any
 
 from common.config import build
+from common.supervise import pause_for
 from executor.kube.api import Throttled, Unreachable
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_NOTICE
-from executor.kube.scheduler import KubeScheduler, WithdrawRunner
-from executor.scheduler import NewState, StepDone, Withdrawal
+from executor.kube.scheduler import RESTART_AFTER_S, KubeScheduler, WithdrawRunner
+from executor.scheduler import Announce, NewState, StepDone, Withdrawal
+from tests.executor.kube.test_many_notices_kube import order
 from tests.support.wait import wait_for
 
 TAINT = {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
@@ -135,3 +139,33 @@ def test_withdrawals_of_different_notices_draw_different_waits():
         return waits
     a, b = first_waits("notice-a"), first_waits("notice-b")
     assert a != b and all(0.5 <= w <= 0.75 for w in a[:1] + b[:1])
+
+
+def test_a_drain_runner_that_crashes_is_restarted_after_a_growing_pause_and_each_restart_is_said():
+    """Issue 26 point 7: a runner ended by an exception nobody foresaw is started again -- after a
+    pause that doubles with each crash in a row -- and every restart is counted and said as
+    ``agent.thread_restarted`` for its notice, not left as a drain that silently stopped."""
+    starts: list[float] = []
+
+    def broken_api() -> Any:
+        starts.append(time.monotonic())
+        raise RuntimeError("a bug nobody foresaw")
+
+    config = build({"node": {"name": "node-a", "scheduler": "kubernetes"},
+                    "kubernetes": {"api_url": "http://127.0.0.1:1"}})
+    sched = KubeScheduler(config, broken_api)
+    o = order("n1", "reclaim", 120)
+    said: list[Announce] = []
+    try:
+        deadline = time.monotonic() + 15
+        while len(said) < 3 and time.monotonic() < deadline:
+            sched.advance(o, time.time())
+            said += [r for r in sched.reports() if isinstance(r, Announce) and r.event == "agent.thread_restarted"]
+            time.sleep(0.02)
+    finally:
+        sched.close()
+    assert [a.data["restarts"] for a in said] == [1, 2, 3]
+    assert [a.data["pause_s"] for a in said] == [pause_for(n, RESTART_AFTER_S) for n in (1, 2, 3)]
+    assert all(a.notice_id == "n1" and "a bug nobody foresaw" in a.data["error"] for a in said)
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert gaps[0] >= RESTART_AFTER_S - 0.05 and gaps[1] >= 2 * RESTART_AFTER_S - 0.05   # it waited, longer
