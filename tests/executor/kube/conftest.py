@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.emulators.kube_fixture import kube_emulator
-from tests.executor.kube.harness import Drain
+from tests.executor.kube.harness import NODE, OTHER, Drain
 
 
 @pytest.fixture
@@ -23,3 +24,13 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One Kubernetes emulator per module (each test's ``kube`` fixture resets it)."""
     with kube_emulator(tmp_path_factory.mktemp("kube"), grace_cap=0.1) as kube:
         yield kube
+
+
+@pytest.fixture
+def kube(emulator: Any) -> Any:
+    """The module's emulator, reset, with this node and another (a module that needs other
+    nodes or pods defines its own ``kube``)."""
+    emulator.reset()
+    emulator.add_node(NODE)
+    emulator.add_node(OTHER)
+    return emulator

@@ -12,24 +12,14 @@ import time
 import urllib.request
 from typing import Any
 
-import pytest
-
 from executor.kube.api import KubeApi
-from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
+from tests.executor.kube.harness import NODE, Drain, make_spec
 from tests.support.wait import wait_for
 
 PODS, NAMESPACES = 30, ("team-a", "team-b", "team-c")
 # The figure docs/kubernetes.md reports: every request of a 30-pod drain but the evictions (with
 # one PDB watch per namespace: 3 more than without, and no refused eviction instead of 10).
 NON_EVICTION_BOUND = 14
-
-
-@pytest.fixture
-def kube(emulator):
-    emulator.reset()
-    emulator.add_node(NODE)
-    emulator.add_node(OTHER)
-    return emulator
 
 
 def start(kube, drains, **kw: Any) -> Drain:

@@ -16,16 +16,8 @@ from executor.kube.api import KubeApi
 from executor.kube.node_patch import A_NOTICE
 from executor.kube.scheduler import KubeScheduler
 from executor.scheduler import Marker, NewState, Order, Remaining, Report, StepDone, Withdrawal
-from tests.executor.kube.harness import NODE, OTHER, TAINT_KEY
+from tests.executor.kube.harness import NODE, TAINT_KEY
 from tests.support.wait import wait_for
-
-
-@pytest.fixture
-def kube(emulator):
-    emulator.reset()
-    emulator.add_node(NODE)
-    emulator.add_node(OTHER)
-    return emulator
 
 
 class Loop:

@@ -2,21 +2,11 @@
 the cordon before the hall spread, and the eviction concurrency under throttling (issue 27)."""
 from __future__ import annotations
 
-import pytest
-
 from executor.kube import pacing
 from executor.kube.api import KubeApi
 from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
 
 PDBS = "poddisruptionbudgets"
-
-
-@pytest.fixture
-def kube(emulator):
-    emulator.reset()
-    emulator.add_node(NODE)
-    emulator.add_node(OTHER)
-    return emulator
 
 
 def start(kube, drains, **kw) -> Drain:

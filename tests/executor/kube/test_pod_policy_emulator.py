@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from common.pod_policy import Rules
 from executor.kube.api import KubeApi
 from executor.scheduler import Remaining
-from tests.executor.kube.harness import NODE, OTHER, Drain, make_spec
+from tests.executor.kube.harness import NODE, Drain, make_spec
 from tests.support.wait import wait_for
-
-
-@pytest.fixture
-def kube(emulator):
-    emulator.reset()
-    emulator.add_node(NODE)
-    emulator.add_node(OTHER)
-    return emulator
 
 
 def start(kube, drains, kind, deadline_in=60.0, evict_s=40.0, **local) -> Drain:
