@@ -2,8 +2,8 @@
 # Install everything the tests need on a fresh Debian machine, then run them.
 # This is the README's test command, and what .ci/run calls.
 #   bash tests/run.sh [pytest args...]
-# The whole suite runs on the machine's python3 (Debian 12's: CPython 3.11), then the unit tiers
-# and the whole-agent e2e tier (OTHER_TIERS; or the pytest args given) on each other CPython series
+# The whole suite runs on the machine's python3 (Debian 12's: CPython 3.11) and, beside it, the unit
+# tiers and the whole-agent e2e tier (OTHER_TIERS; or the pytest args given) on each other CPython series
 # of SCO_TEST_PYTHONS (default "3.12 3.13"; empty: none), each in a venv of its own
 # (.venv-SERIES). 3.12 runs where the machine has one; 3.13 is found, or installed from Debian's
 # packages, or built once from Debian 13's source package and cached (tests/rigs/python/find.sh):
@@ -30,7 +30,7 @@ fi
 
 make_venv "$VENV" python3
 
-# The other interpreters, found or installed now (a 3.13 build takes minutes), run after the first.
+# The other interpreters, found or installed now (a 3.13 build takes minutes), run beside the first.
 others=()
 for series in $OTHER_PYTHONS; do
   install=""
@@ -69,19 +69,40 @@ echo "== ruff"
 echo "== mypy"
 "$VENV/bin/python" -m mypy
 
-echo "== pytest ($("$VENV/bin/python" -V): the whole suite)"
+# The other interpreters' tiers run beside the whole suite, each in a pytest of its own: most of
+# the suite waits on real time (notice windows, outages, restarts), so three sessions side by side
+# take about as long as one, where one after another tripled the run. Each has its own temp root
+# (short: AF_UNIX names stop at 107 bytes) and log, printed whole when it ends; every test already
+# passes with a CPU-heavy job beside it, and the rigs use their own directories and free ports.
 rc=0
+side=$(mktemp -d "${TMPDIR:-/tmp}/sco-py.XXXXXX")
+declare -A side_pid=()
+for series in "${others[@]}"; do
+  args=("$@")
+  [ ${#args[@]} -gt 0 ] || args=("${OTHER_TIERS[@]}")
+  echo "== pytest ($("$REPO/.venv-$series/bin/python" -V): ${args[*]}), beside the whole suite"
+  mkdir -p "$side/$series"
+  (
+    start=$SECONDS
+    series_rc=0
+    PATH="$REPO/.venv-$series/bin:$PATH" "$REPO/.venv-$series/bin/python" -m pytest -q -p no:cacheprovider \
+      --basetemp "$side/$series/t" "${args[@]}" > "$side/$series/log" 2>&1 || series_rc=$?
+    echo "$series_rc $((SECONDS - start))" > "$side/$series/rc"
+  ) &
+  side_pid[$series]=$!
+done
+
+echo "== pytest ($("$VENV/bin/python" -V): the whole suite)"
 start=$SECONDS
 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q "$@" || rc=$?
 echo "== $("$VENV/bin/python" -V): exit $rc in $((SECONDS - start)) s"
 for series in "${others[@]}"; do
-  args=("$@")
-  [ ${#args[@]} -gt 0 ] || args=("${OTHER_TIERS[@]}")
-  echo "== pytest ($("$REPO/.venv-$series/bin/python" -V): ${args[*]})"
-  start=$SECONDS
-  series_rc=0
-  PATH="$REPO/.venv-$series/bin:$PATH" "$REPO/.venv-$series/bin/python" -m pytest -q "${args[@]}" || series_rc=$?
-  echo "== $("$REPO/.venv-$series/bin/python" -V): exit $series_rc in $((SECONDS - start)) s"
+  wait "${side_pid[$series]}" || true
+  read -r series_rc took < "$side/$series/rc" || { series_rc=1; took="?"; }
+  echo "== pytest ($("$REPO/.venv-$series/bin/python" -V)), its output:"
+  cat "$side/$series/log"
+  echo "== $("$REPO/.venv-$series/bin/python" -V): exit $series_rc in $took s"
   [ "$series_rc" = 0 ] || rc=$series_rc
 done
+rm -rf "$side"
 exit "$rc"
