@@ -30,7 +30,7 @@ def taint_value(s: Stack) -> str | None:
 def held_by_a_pdb(s: Stack) -> None:
     """A pod no eviction may take (its PDB allows no disruption), as in the issue."""
     s.kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
-    s.kube.add_pod("db-0", NODE, labels={"app": "db"})
+    s.kube.add_pod("db-0", NODE, labels={"app": "db"}, owner=("StatefulSet", "db"))
 
 
 def test_a_reclaim_behind_a_maintenance_drain_takes_it_over(tmp_path):
