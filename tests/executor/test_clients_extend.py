@@ -90,7 +90,9 @@ def test_a_flood_of_refusals_is_one_event_then_a_count(served, sock_path):
     in one counted report (at stop here), never one per line."""
     c, events, _ = served
     raw = connect(c, sock_path)
-    c.announce(notice(limit_in=5))            # nothing grantable: checkpoint_by is the limit
+    n = notice()
+    n["extend_limit"] = n["checkpoint_by"]     # nothing grantable: checkpoint_by is the limit (the same
+    c.announce(n)                              # text, not two readings of the clock a moment apart)
     c.tell()
     raw.send(b'{"op":"extend","id":"n1","seconds":5}\n' * (MAX_ERRORS + 10))
     pump(c, lambda: c.server.stats().get("closed.too_many_errors") == 1, "the connection closed")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -22,8 +21,8 @@ def listeners():
 
 def notice_with_limit(nid: str, checkpoint_in: float, limit_in: float | None) -> dict:
     n = make_notice(nid, deadline_in=120, checkpoint_in=checkpoint_in)
-    if limit_in is not None:
-        n["extend_limit"] = format_rfc3339(time.time() + limit_in)
+    if limit_in is not None:   # from the same reading of the clock as checkpoint_by
+        n["extend_limit"] = format_rfc3339(parse_rfc3339(n["checkpoint_by"]) - checkpoint_in + limit_in)
     return n
 
 
