@@ -299,7 +299,7 @@ class Drains:
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
                      held=held, hold_all=hold_all, contract=self.contract,
                      held_until=self.clients.extended() if self.clients is not None else {},
-                     fallback_allowed=rec.fallback_allowed, fallback_at=fallback_at(n.deadline, rec.fallback_lead_s))
+                     fallback_allowed=rec.fallback_allowed, fallback_at=fallback_at(n.deadline, rec.fallback_lead_s), source=n.source)
 
     def _withdraw(self, nid: str, now: float) -> None:
         if self.clients is not None:
@@ -312,7 +312,7 @@ class Drains:
         marker = None
         if keep and self.service.marker in self.active:
             n = self.active[self.service.marker]
-            marker = Marker(n.id, n.kind, n.deadline)
+            marker = Marker(n.id, n.kind, n.deadline, n.source)
         self.scheduler.withdraw(Withdrawal(nid, rec.taint_key, frozenset(rec.steps), rec.memo,
                                            others_active=bool(keep), keep=frozenset(keep), marker=marker), now)
 

@@ -64,6 +64,7 @@ class Order:
     contract: Contract = BUILTIN          # the current one: a scheduler freezes what it needs in its memo
     fallback_allowed: bool = False        # the contract lets this kind go around an unreachable scheduler
     fallback_at: float = float("inf")     # and not before this (common.wire.fallback_at)
+    source: str = ""                      # who announced it (common.notice.Notice.source), for the node's condition
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class Marker:
     notice_id: str
     kind: str
     deadline: float
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,14 @@ class KubeApi:
             raise NotOwnNode(f"refusing to patch node {name!r}: this agent is {self.node!r}")
         return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}", patch, content_type, as_taint=True)
 
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic-merge patch of the Node's ``status`` (its conditions), on the ``nodes/status``
+        subresource, as the node identity -- the Node authorizer grants a node ``nodes/status``
+        patch, and NodeRestriction confines it to its own Node (executor.kube.conditions)."""
+        if name != self.node:
+            raise NotOwnNode(f"refusing to patch node {name!r}: this agent is {self.node!r}")
+        return self._call("PATCH", f"/api/v1/nodes/{quote(self.node)}/status", patch, SMP)
+
     # -- pods on the node -------------------------------------------------------
     def list_pods(self, resource_version: str = "") -> list[dict[str, Any]]:
         """Every pod bound to this node, following pagination (see ``list_pods_at``)."""
@@ -350,6 +358,16 @@ class KubeApi:
                 "metadata": {"name": name, "namespace": ns},
                 "deleteOptions": self._delete_options(uid, grace_s)}
         self._call("POST", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/eviction", body)
+
+    def patch_pod_status(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
+        """A strategic-merge patch of the pod's ``status`` (a condition) on ``pods/status``, as the node
+        identity: NodeRestriction lets a node update the status of the pods bound to it only
+        ("node %q can only update pod status for pods with spec.nodeName set to itself")."""
+        ns, name, uid = self._own_pod(pod)
+        # The UID in the patch pins it to this pod: metadata.uid is immutable, so a pod recreated
+        # under the name refuses the patch (422; 409 from a server that checks it as a precondition).
+        pinned = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": uid}}
+        self._call("PATCH", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/status", pinned, SMP)
 
     def delete_pod(self, pod: dict[str, Any], grace_s: int | None = None) -> None:
         """DELETE the pod, bypassing its PDB (the contract's pdb_blocked = delete)."""

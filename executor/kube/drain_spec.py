@@ -38,3 +38,4 @@ class DrainSpec:
     fallback_at: float = float("inf")       # not before this (common.wire.fallback_at)
     write_spread_s: float = 0.0   # the contract's spread of the hall's eviction starts (after the cordon)
     pod_rules: Rules | None = None   # each pod's own policy (common.pod_policy); None: every pod moves
+    source: str = ""                 # who announced the notice: named by the node's NoticeScheduled condition

@@ -5,11 +5,20 @@ executor restarted mid-drain simply runs the recipe again.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-from executor.kube.api import Conflict, KubeApi, KubeError
-from executor.kube.node_patch import cordon_patch, exclude_lb_patch, taint_patch, untaint_patch, withdraw_patch
+from executor.kube import conditions
+from executor.kube.api import Conflict, KubeApi, KubeError, NotOwnNode, TooManyRequests, Unreachable
+from executor.kube.node_patch import (
+    A_NOTICE,
+    cordon_patch,
+    exclude_lb_patch,
+    taint_patch,
+    untaint_patch,
+    withdraw_patch,
+)
 from executor.kube.pod_filters import pod_key, pods_that_count
 
 CONFLICT_RETRIES = 8
@@ -49,30 +58,109 @@ def taint_refused(e: KubeError) -> bool:
     return e.status == 403 and "taint" in e.message
 
 
-def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str) -> dict[str, Any]:
-    """Cordon and taint; if the identity may not taint (a node identity without the separate taint
-    credential), the node stays cordoned without the taint -- the cordon alone already keeps new
-    pods away. Returns what was done, for the drain.cordoned event."""
+def refused(e: KubeError) -> bool:
+    """An answer that trying again will not change (401/403/404/400/415/422): the condition is said
+    as refused and the drain goes on. A 429, a 409 or a 5xx is retried by the caller's loop."""
+    return not isinstance(e, (TooManyRequests, Conflict)) and 400 <= e.status < 500
+
+
+def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, deadline: str,  # noqa: PLR0913 -- the notice's parts by name
+                     source: str = "", *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """Cordon, say why on the Node (``NoticeScheduled``, naming this notice), and taint. If the
+    identity may not taint (a node identity without the separate taint credential), the node stays
+    cordoned without the taint -- the cordon alone already keeps new pods away; if the server
+    refuses the condition, the node is cordoned and tainted without it. Returns what was done, for
+    the drain.cordoned event."""
     patched = cordon(api, taint_key, kind, notice_id, deadline, with_taint=False)
+    done: dict[str, Any] = set_scheduled(api, kind, notice_id, source, deadline, clock)
     try:
         tainted = _patch_with_retry(api, lambda node: taint_patch(node, taint_key, kind), taints=True)
-        return {"patched": patched or tainted, "tainted": True}
+        done.update(patched=patched or tainted or done["condition_patched"], tainted=True)
     except KubeError as e:
         if not taint_refused(e):
             raise
-        return {"patched": patched, "tainted": False, "taint_refused": e.message[:300]}
+        done.update(patched=patched or done["condition_patched"], tainted=False, taint_refused=e.message[:300])
+    return done
+
+
+def set_scheduled(api: KubeApi, kind: str, notice_id: str, source: str, deadline: str,
+                  clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """``NoticeScheduled`` True naming this notice, on ``nodes/status`` as the node identity
+    (executor.kube.conditions). A write is made only when the condition says something else."""
+    patch = conditions.scheduled_patch(api.get_node(), kind, notice_id, source, deadline, clock())
+    if patch is None:
+        return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": False}
+    try:
+        api.patch_node_status(api.node, patch)
+    except KubeError as e:
+        if not refused(e):
+            raise
+        return {"condition": "", "condition_patched": False, "condition_refused": e.message[:300]}
+    return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": True}
+
+
+def withdraw_scheduled(api: KubeApi, notice_id: str, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """``NoticeScheduled`` False, ``Withdrawn``: the last notice is gone. Left alone while the node's
+    marks name another notice (its withdrawal turns it)."""
+    node = api.get_node()
+    marked_by = ((node.get("metadata") or {}).get("annotations") or {}).get(A_NOTICE)
+    patch = conditions.withdrawn_patch(node, notice_id, clock(), marked_by)
+    if patch is None:
+        return {"condition_withdrawn": False}
+    try:
+        api.patch_node_status(api.node, patch)
+    except KubeError as e:
+        if not refused(e):
+            raise
+        return {"condition_withdrawn": False, "condition_refused": e.message[:300]}
+    return {"condition_withdrawn": True}
 
 
 def exclude_from_lb(api: KubeApi) -> bool:
     return _patch_with_retry(api, exclude_lb_patch)
 
 
-def uncordon(api: KubeApi, taint_key: str, notice_id: str) -> bool:
+def withdraw(api: KubeApi, taint_key: str, notice_id: str, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """Our taint off (as the taint identity, while the notice annotation still says it is ours),
-    then the cordon, annotations and label (as the node)."""
+    ``NoticeScheduled`` turned False (as the node, while the annotation still names the notice: an
+    executor restarted in between does it again), then the cordon, annotations and label (as the
+    node). What was done, for the drain.uncordoned event."""
     untainted = _patch_with_retry(api, lambda node: untaint_patch(node, taint_key, notice_id), taints=True)
-    return _patch_with_retry(api, lambda node: withdraw_patch(node, taint_key, notice_id, with_taint=False)) \
-        or untainted
+    done = withdraw_scheduled(api, notice_id, clock)
+    opened = _patch_with_retry(api, lambda node: withdraw_patch(node, taint_key, notice_id, with_taint=False))
+    return {"patched": untainted or opened or done["condition_withdrawn"], **done}
+
+
+def uncordon(api: KubeApi, taint_key: str, notice_id: str) -> bool:
+    """``withdraw``; True if anything was patched."""
+    return bool(withdraw(api, taint_key, notice_id)["patched"])
+
+
+def mark_then_delete(api: KubeApi, pod: dict[str, Any], grace_s: int | None, message: str,
+                     unmarked: Callable[[dict[str, Any], str], None], *,
+                     clock: Callable[[], float] = time.time) -> None:
+    """DELETE a pod the agent removes itself (``pdb_blocked: delete``), its ``DisruptionTarget`` set
+    first. A mark that fails does not stop the delete: the machine goes at the deadline whatever
+    the pod's status says, and a pod left in place is killed then with no graceful stop at all
+    (docs/kubernetes.md, "Pods the agent deletes"); ``unmarked(pod, why)`` says it, and is counted."""
+    why = mark_disruption_target(api, pod, message, clock)
+    if why:
+        unmarked(pod, why)
+    api.delete_pod(pod, grace_s)
+
+
+def mark_disruption_target(api: KubeApi, pod: dict[str, Any], message: str,
+                           clock: Callable[[], float] = time.time) -> str:
+    """The pod's ``DisruptionTarget`` (``TerminationByNodeAgent``) on ``pods/status`` as the node
+    identity, before the agent deletes it. "" when it is set (or already was); else why not."""
+    patch = conditions.disruption_target_patch(pod, clock(), message)
+    if patch is None:
+        return ""
+    try:
+        api.patch_pod_status(pod, patch)
+    except (KubeError, Unreachable, NotOwnNode) as e:
+        return str(e)[:300]
+    return ""
 
 
 def remaining_pods(api: KubeApi) -> list[str]:

@@ -123,7 +123,8 @@ class AroundTheServer:
         s = self.spec
         detail: dict[str, Any] = {"down_for_ms": round((mono() - down_since) * 1000)}
         try:
-            detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            detail.update(node_steps.cordon_and_taint(api, s.taint_key, s.kind, s.notice_id, s.deadline_text,
+                                                      s.source))
             detail["remaining"] = node_steps.remaining_pods(api)
             self._report(Remaining(s.notice_id, tuple(detail["remaining"])))
         except (Unreachable, KubeError, NotOwnNode) as e:

@@ -19,6 +19,7 @@ A dry run writes nothing: one ``drain.plan`` (``last_resort.dry_run_plan``), the
 from __future__ import annotations
 
 import copy
+import itertools
 import queue
 import random
 import threading
@@ -89,6 +90,9 @@ class DrainRunner(AroundTheServer):
         self._phase = ""
         self.crashed = ""   # what ended it, if an exception nobody foresaw did (the scheduler restarts it)
         self._fallback_refused = False   # its marker could not be saved: not run, not tried again
+        self._unmarked_count = itertools.count(1)   # pods deleted without their DisruptionTarget (workers)
+        self._why_deleted = (f"deleted by sco-agent: its PodDisruptionBudget blocked eviction past the cutoff of "
+                             f"{spec.kind} notice {spec.notice_id} (deadline {spec.deadline_text})")
         # Coordinator thread only (the workers report through the answers queue).
         self._warnings: Recorder[str] = Recorder(lambda name, data: self._report(Log(spec.notice_id, name, data)),
                                   WARN_REPEAT_S, mono)
@@ -217,7 +221,7 @@ class DrainRunner(AroundTheServer):
         if Step.CORDONED not in self._steps:
             self._set_phase(Phase.CORDON)
         done = self._call_node(api, lambda: node_steps.cordon_and_taint(
-            api, s.taint_key, s.kind, s.notice_id, s.deadline_text))
+            api, s.taint_key, s.kind, s.notice_id, s.deadline_text, s.source))
         if Step.CORDONED not in self._steps:
             self._step(Step.CORDONED, "drain.cordoned", taint_key=s.taint_key,
                        lb_excluded=Step.LB_EXCLUDED in self._steps, **done)
@@ -359,6 +363,14 @@ class DrainRunner(AroundTheServer):
             api = self._local.api = self._make_api()
             if self._main_api is not None:
                 api.share_discovery(self._main_api)
-        answer = answer_of(lambda: api.delete_pod(action.pod, action.grace_s) if action.op == "delete"
+        answer = answer_of(lambda: node_steps.mark_then_delete(api, action.pod, action.grace_s, self._why_deleted,
+                                                               self._unmarked) if action.op == "delete"
                             else api.evict_pod(action.pod, action.grace_s))
         self._answers.put((action.uid, answer))
+
+    def _unmarked(self, pod: dict[str, Any], error: str) -> None:
+        """A pod deleted without its DisruptionTarget (the status write failed): said and counted."""
+        md = pod.get("metadata") or {}
+        self._report(Announce(self.spec.notice_id, "drain.disruption_target_failed", {
+            "pod": f"{md.get('namespace', '')}/{md.get('name', '')}", "uid": str(md.get("uid", "")),
+            "error": error, "count": next(self._unmarked_count)}))

@@ -100,7 +100,7 @@ def drain_spec(o: Order, config: Config) -> DrainSpec:
         fallback_command=tuple(config.kubernetes.fallback_command), steps_done=o.steps_done,
         memo=KubeMemo.from_dict(o.memo), dry_run=config.executor.dry_run,
         fallback_allowed=o.fallback_allowed, fallback_at=o.fallback_at,
-        write_spread_s=o.contract.first_write_spread_ms / 1000.0, pod_rules=pod_rules(o))
+        write_spread_s=o.contract.first_write_spread_ms / 1000.0, pod_rules=pod_rules(o), source=o.source)
 
 
 def pod_rules(o: Order) -> Rules:
@@ -284,11 +284,11 @@ class WithdrawRunner:
             kept: dict[str, Any] = {"action": "kept_for_other_notice", "kept_for": sorted(self.keep)[:8]}
             m = self.marker
             if m is not None and not self.dry_run:
-                node_steps.cordon_and_taint(api, self.taint_key, m.kind, m.notice_id, format_rfc3339(m.deadline))
-                kept["marked_for"] = m.notice_id
+                done = node_steps.cordon_and_taint(api, self.taint_key, m.kind, m.notice_id,
+                                                   format_rfc3339(m.deadline), m.source)
+                kept.update(marked_for=m.notice_id, condition=done["condition"])
             return kept
         if self.dry_run:
             self._report(Announce(self.notice_id, "drain.dry_run", {"action": "uncordon"}))
-        else:
-            node_steps.uncordon(api, self.taint_key, self.notice_id)
-        return {}
+            return {}
+        return node_steps.withdraw(api, self.taint_key, self.notice_id)

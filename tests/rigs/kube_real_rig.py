@@ -104,6 +104,10 @@ def issue_client_cert(pki_dir: Path, name: str, common_name: str,
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
     "rules": [{"level": "Request", "verbs": ["patch"], "resources": [{"group": "", "resources": ["nodes"]}]},
+              # The conditions (issue 28): who wrote them, and a pod's mark before its delete.
+              {"level": "Request", "verbs": ["patch"],
+               "resources": [{"group": "", "resources": ["nodes/status", "pods/status"]}]},
+              {"level": "Metadata", "verbs": ["delete"], "resources": [{"group": "", "resources": ["pods"]}]},
               {"level": "None"}],
 }
 
@@ -191,7 +195,8 @@ class RealApiServer:
         return issue_client_cert(self.base_dir / "pki", f"node-{node}", f"system:node:{node}", ("system:nodes",))
 
     def audit(self) -> list[dict]:
-        """The audit log's events so far (AUDIT_POLICY: every PATCH of a Node, with its body)."""
+        """The audit log's events so far (AUDIT_POLICY: every PATCH of a Node, its status or a pod's
+        status, with its body; every pod DELETE)."""
         path = self.base_dir / "audit.log"
         if not path.exists():
             return []

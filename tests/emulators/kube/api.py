@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.emulators._http import Request
 
-from . import errors, openapi, protobuf, resources, table
+from . import errors, node_identity, openapi, protobuf, resources, table
 from .errors import (
     ApiError,
     bad_request,
@@ -26,7 +26,7 @@ from .errors import (
 from .options import Options
 from .patching import PATCH_TYPES, PatchError, apply_patch
 from .policy import disruption_target_condition, plan_eviction
-from .resources import PDBS, PODS, ResourceType, api_version_of
+from .resources import NODES, PDBS, PODS, ResourceType, api_version_of
 from .selectors import make_filter, parse_field_selector, parse_label_selector
 from .store import Store
 from .strategy import TERMINAL_PHASES, check_preconditions
@@ -105,13 +105,15 @@ class Api:
         self._clock = clock
 
     # ----- routing -----
-    def handle(self, req: Request) -> Reply | WatchRequest:
+    def handle(self, req: Request, user: str | None = None) -> Reply | WatchRequest:
+        """``user``: who the request authenticated as; a node identity (``system:node:<name>``) is
+        held to what the Node authorizer and NodeRestriction allow it (``node_identity``)."""
         try:
-            return self._route(req)
+            return self._route(req, node_identity.node_of(user))
         except ApiError as err:
             return Reply(err.code, err.status, err.headers)
 
-    def _route(self, req: Request) -> Reply | WatchRequest:
+    def _route(self, req: Request, node: str | None = None) -> Reply | WatchRequest:
         parts = [p for p in req.path.split("/") if p]
         pv = self._options().policy_versions
         if req.path in ("/healthz", "/livez", "/readyz"):
@@ -135,7 +137,10 @@ class Api:
         if not rest:
             return self._discovery(req, resources.resource_list(group, version, pv))
         route = self._resolve(group, version, rest, pv)
-        return self._dispatch(req, route)
+        if node is not None and route.name is not None:
+            node_identity.check_request(node, req.method, route.rt, route.name, route.subresource,
+                                        self._store.find(route.rt, route.namespace or "", route.name))
+        return self._dispatch(req, route, node)
 
     def _discovery(self, req: Request, doc: dict[str, Any] | None) -> Reply:
         if doc is None:
@@ -161,7 +166,7 @@ class Api:
             raise path_not_found()
         return Route(rt, version, ns, tail[0] if tail else None, sub)
 
-    def _dispatch(self, req: Request, r: Route) -> Reply | WatchRequest:
+    def _dispatch(self, req: Request, r: Route, node: str | None = None) -> Reply | WatchRequest:
         m = req.method
         if r.name is None:
             if m == "GET":
@@ -183,10 +188,16 @@ class Api:
         elif m == "PUT":
             body = _json_body(req)
             self._check_kind(r, body)
-            return self._ok(r, self._store.update(r.rt, r.namespace or "", r.name, body,
+
+            def put(cur: dict[str, Any]) -> dict[str, Any]:
+                if node is not None and r.rt is NODES and not r.subresource:
+                    node_identity.check_taints(node, cur, body)
+                return body
+
+            return self._ok(r, self._store.mutate(r.rt, r.namespace or "", r.name, put,
                                                   subresource=r.subresource, dry_run=_dry_run(req)))
         elif m == "PATCH":
-            return self._patch(req, r)
+            return self._patch(req, r, node)
         elif m == "DELETE" and not r.subresource:
             return self._delete(req, r)
         raise method_not_allowed()
@@ -264,7 +275,7 @@ class Api:
         obj = self._store.create(r.rt, r.namespace or "", body, dry_run=_dry_run(req))
         return self._ok(r, obj, 201)
 
-    def _patch(self, req: Request, r: Route) -> Reply:
+    def _patch(self, req: Request, r: Route, node: str | None = None) -> Reply:
         ctype = req.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in PATCH_TYPES:
             raise errors.unsupported_media(PATCH_TYPES)
@@ -272,9 +283,12 @@ class Api:
 
         def change(cur: dict[str, Any]) -> dict[str, Any]:
             try:
-                return apply_patch(ctype, present(r.rt, r.version, cur), patch)
+                new = apply_patch(ctype, present(r.rt, r.version, cur), patch)
             except PatchError as err:
                 raise (bad_request(str(err)) if err.bad_request else errors.unprocessable(str(err))) from None
+            if node is not None and r.rt is NODES and not r.subresource:
+                node_identity.check_taints(node, cur, new)
+            return new
 
         return self._ok(r, self._store.mutate(r.rt, r.namespace or "", r.name or "", change,
                                               subresource=r.subresource, dry_run=_dry_run(req)))

@@ -88,7 +88,7 @@ class KubeApp(BaseApp):
         return self._handle(request)
 
     def _handle(self, request: Request) -> Response:
-        result = self.api.handle(request)
+        result = self.api.handle(request, self.authenticate(request)[0])
         if isinstance(result, WatchRequest):
             watch = result
             return Response(200, headers=(("Content-Type", "application/json"), _CACHE_CONTROL),

@@ -61,6 +61,7 @@ def node_patches(kube: RealApiServer, node: str, at_least: int) -> list[tuple[st
     def read() -> list[tuple[str, dict]]:
         return [(e["user"]["username"], e.get("requestObject") or {}) for e in kube.audit()
                 if e.get("stage") == "ResponseComplete" and e["verb"] == "patch"
+                and e["objectRef"].get("resource") == "nodes" and not e["objectRef"].get("subresource")
                 and e["objectRef"].get("name") == node and e["responseStatus"]["code"] == 200]
     return wait_for(lambda: len(p := read()) >= at_least and p, 10, f"{at_least} audited patches of {node}")
 
@@ -71,7 +72,7 @@ def test_cordon_goes_as_the_node_and_the_taint_as_the_service_account(kube, tmp_
         assert "Authorization" not in api.headers            # the certificate is the node identity
         assert api.taint_http is not api.http                # the taint token has its own connection
         done = node_steps.cordon_and_taint(api, TAINT_KEY, "reclaim", "n-1", DEADLINE)
-        assert done == {"patched": True, "tainted": True}
+        assert done == {"patched": True, "tainted": True, "condition": "NoticeScheduled", "condition_patched": True}
         node = api.get_node()
         assert node["spec"]["unschedulable"] is True
         assert {"key": TAINT_KEY, "value": "reclaim", "effect": "NoSchedule"} in node["spec"]["taints"]
