@@ -28,15 +28,21 @@ def _patch_with_retry(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[
                       taints: bool = False) -> bool:
     """Read, compute, patch with the read resourceVersion; on 409 read again. True if it patched.
     ``taints``: the patch goes as the taint identity (``KubeApi.patch_node_taints``)."""
+    return _patch_and_read(api, make_patch, taints)[0]
+
+
+def _patch_and_read(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
+                    taints: bool = False) -> tuple[bool, dict[str, Any]]:
+    """``_patch_with_retry``, and the Node as it is afterwards (the PATCH's answer, or the node read
+    when there was nothing to patch): the next step's input without another GET."""
     patch_node = api.patch_node_taints if taints else api.patch_node
     for _ in range(CONFLICT_RETRIES):
         node = api.get_node()
         patch = make_patch(node)
         if patch is None:
-            return False
+            return False, node
         try:
-            patch_node(api.node, patch)
-            return True
+            return True, patch_node(api.node, patch)
         except Conflict:
             continue
     raise Conflict(409, "Conflict", f"node {api.node}: still conflicting after {CONFLICT_RETRIES} tries")
@@ -71,8 +77,9 @@ def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, de
     cordoned without the taint -- the cordon alone already keeps new pods away; if the server
     refuses the condition, the node is cordoned and tainted without it. Returns what was done, for
     the drain.cordoned event."""
-    patched = cordon(api, taint_key, kind, notice_id, deadline, with_taint=False)
-    done: dict[str, Any] = set_scheduled(api, kind, notice_id, source, deadline, clock)
+    patched, node = _patch_and_read(api, lambda node: cordon_patch(node, taint_key, kind, notice_id, deadline,
+                                                                   with_taint=False))
+    done: dict[str, Any] = set_scheduled(api, kind, notice_id, source, deadline, clock, node=node)
     try:
         tainted = _patch_with_retry(api, lambda node: taint_patch(node, taint_key, kind), taints=True)
         done.update(patched=patched or tainted or done["condition_patched"], tainted=True)
@@ -83,11 +90,13 @@ def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, de
     return done
 
 
-def set_scheduled(api: KubeApi, kind: str, notice_id: str, source: str, deadline: str,
-                  clock: Callable[[], float] = time.time) -> dict[str, Any]:
+def set_scheduled(api: KubeApi, kind: str, notice_id: str, source: str, deadline: str,  # noqa: PLR0913 -- the notice's parts by name
+                  clock: Callable[[], float] = time.time, *, node: dict[str, Any] | None = None) -> dict[str, Any]:
     """``NoticeScheduled`` True naming this notice, on ``nodes/status`` as the node identity
-    (executor.kube.conditions). A write is made only when the condition says something else."""
-    patch = conditions.scheduled_patch(api.get_node(), kind, notice_id, source, deadline, clock())
+    (executor.kube.conditions). A write is made only when the condition says something else.
+    ``node``: the Node just read or patched (None: read it)."""
+    current = api.get_node() if node is None else node
+    patch = conditions.scheduled_patch(current, kind, notice_id, source, deadline, clock())
     if patch is None:
         return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": False}
     try:

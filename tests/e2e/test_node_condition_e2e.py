@@ -11,6 +11,8 @@ its writes as the Node authorizer and NodeRestriction do: tests/emulators/kube/n
 """
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -119,3 +121,29 @@ def test_a_pod_the_agent_deletes_is_marked_disruption_target_first(tmp_path):
         assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "TerminationByNodeAgent")
         assert doc["id"] in cond["message"]
         assert s.events_of("drain.disruption_target_failed", doc["id"]) == []
+
+
+def test_an_executor_killed_mid_withdrawal_turns_the_condition_when_it_is_back(tmp_path):
+    """The cancel's condition write hangs (the server does not answer it) and the executor is
+    SIGKILLed meanwhile: the executor supervisord starts again finishes the withdrawal from the
+    node's real state -- the annotation still names the notice, so the condition turns False,
+    Withdrawn, and the node opens."""
+    with node_identity_stack(tmp_path) as s:
+        s.kube.set_options(tokens=TOKENS)
+        s.kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
+        s.kube.add_pod("db-0", NODE, labels={"app": "db"}, owner=("StatefulSet", "db"))
+        doc = s.publish_notice(kind="reclaim", deadline_in=300)
+        wait_for(lambda: names(s, doc), 30, "the condition naming the reclaim")
+        s.kube.fault("hang", pattern=f"/nodes/{NODE}/status$")
+        s.publish_notice(kind="cancel", notice_id=doc["id"])
+        wait_for(lambda: any(e["path"].endswith("/status") and e.get("fault") == "hang"
+                             for e in s.kube.requests()), 20, "the withdrawal's condition write hanging")
+        old = s.agent.pid("executor")
+        os.kill(old, signal.SIGKILL)
+        s.kube.clear_faults()
+        wait_for(lambda: s.agent.status()["executor"] == ("RUNNING", s.agent.pid("executor"))
+                 and s.agent.pid("executor") != old, 30, "the executor restarted")
+        s.wait_event("drain.uncordoned", doc["id"], timeout=30)
+        c = scheduled(s)
+        assert (c["status"], c["reason"]) == ("False", "Withdrawn")
+        assert not s.cordoned()
