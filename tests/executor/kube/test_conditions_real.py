@@ -24,7 +24,7 @@ from executor.kube.api import KubeApi, KubeError
 from executor.kube.node_patch import A_NOTICE
 from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import TAINT_KEY, Drain, make_spec
-from tests.rigs.kube_real_fixture import agent_cluster
+from tests.rigs.kube_real_fixture import agent_cluster, sa_token
 from tests.rigs.kube_real_objects import (
     FakeControlPlane,
     KubeClient,
@@ -236,3 +236,18 @@ def test_the_emulator_answers_the_node_identity_as_the_real_server(kube, admin, 
             emu_answers.append((what, _summary(code, doc, path)))
     assert emu_answers == real_answers
     assert [a[1][0] for a in real_answers] == [200, 403, 403, 403, 200, 403, 403, 403]
+
+
+def test_the_taint_credential_may_write_no_status(kube, admin, ns):
+    """deploy/kubernetes/rbac.yaml grants the sco-agent service account no status subresource: the
+    conditions go as the node only (RBAC refuses the account, before any admission policy)."""
+    create_running_pod(admin, ns, "sa-probe", "cn-a")
+    client = KubeClient(kube.url, sa_token(kube), kube.ca_file)
+    smp = "application/strategic-merge-patch+json"
+    body = {"status": {"conditions": [{"type": "NoticeScheduled", "status": "True", "reason": "Reclaim"}]}}
+    try:
+        for path in ("/api/v1/nodes/cn-a/status", f"/api/v1/namespaces/{ns}/pods/sa-probe/status"):
+            resp = client.request("PATCH", path, body, content_type=smp)
+            assert resp.status_code == 403 and "system:serviceaccount:sco-system:sco-agent" in resp.json()["message"]
+    finally:
+        client.close()
