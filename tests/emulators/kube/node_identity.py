@@ -4,7 +4,7 @@ Only requests whose (token-mapped) user is ``system:node:<name>`` are judged; an
 an anonymous request, is served as before. The rules are those of kube-apiserver 1.20
 (plugin/pkg/admission/noderestriction/admission.go), for the writes a node agent makes, and the
 refusal messages are that file's words in ``admission.NewForbidden``'s wrapping
-(``<resource> "<name>" is forbidden: <why>``); tests/emulators/test_kube_node_identity.py sends the
+(``<resource> "<name>" is forbidden: <why>``); tests/executor/kube/test_conditions_real.py sends the
 same requests to the real 1.20.2 server and to this emulator and compares the answers:
 
 - ``nodes`` (the object and ``nodes/status``): only its own Node (admitNode: "node %q is not
