@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from common.timefmt import format_rfc3339
 from common.wire import DrainState
+from executor.kube import conditions
 from executor.kube.api import KubeApi, KubeError, Unreachable
 from executor.kube.drain_plan import DOWN_AFTER_CALLS, dry_run_steps
 from executor.scheduler import Announce, NewState, Report
@@ -42,6 +43,10 @@ class DrainSpec(Protocol):
     def fallback_at(self) -> float: ...
     @property
     def pod_rules(self) -> Rules | None: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def deadline_text(self) -> str: ...
 
 RETRY_S = 0.5
 
@@ -78,10 +83,12 @@ def dry_run_plan(spec: DrainSpec, api: KubeApi, inputs: Inputs, clock: Callable[
                  wait: Callable[[float], None],
                  pdbs: Callable[[KubeApi, list[dict[str, Any]]], list[dict[str, Any]] | None],
                  ) -> dict[str, Any]:
-    """The one plan a dry run spools: cordon, taint, each pod in order with its grace and phase,
-    and the fallback. Reads only (a few tries); ``pods`` None when the server did not answer."""
+    """The one plan a dry run spools: cordon, taint, the node's condition, each pod in order with its
+    grace and phase, and the fallback. Reads only (a few tries); ``pods`` None when the server did not answer."""
     plan: dict[str, Any] = {
         "cordon": True, "taint": {"key": spec.taint_key, "value": spec.kind, "effect": "NoSchedule"},
+        "condition": {"type": conditions.NOTICE_SCHEDULED, "status": "True", "reason": conditions.camel_case(spec.kind),
+                      "message": conditions.notice_message(spec.notice_id, spec.source, spec.deadline_text)},
         "exclude_from_lb": spec.exclude_from_lb, "pods": None, "fallback": would_fall_back(spec)}
     for attempt in range(DOWN_AFTER_CALLS):
         try:

@@ -58,6 +58,10 @@ def test_api_server_unreachable_falls_back_then_reconciles(tmp_path):
         s.kube.up()
         rec = s.wait_event("drain.reconciled", doc["id"], timeout=20)
         assert rec["data"]["remaining"] == ["default/app"] and rec["data"]["tainted"] is True
+        # The server was down before anything was written: the reconcile says why on the node too.
+        assert rec["data"]["condition"] == "NoticeScheduled"
+        (cond,) = [c for c in s.node()["status"]["conditions"] if c["type"] == "NoticeScheduled"]
+        assert cond["status"] == "True" and cond["reason"] == "Reclaim" and doc["id"] in cond["message"]
         s.wait_event("drain.node_empty", doc["id"], timeout=20)
         assert s.cordoned()
         assert len(s.events_of("drain.fallback", doc["id"])) == 1

@@ -294,6 +294,8 @@ def test_dry_run_plan_lists_each_pod_in_order_with_grace_and_phase(kube, drains)
     d.wait_state("dry_run")
     (plan,) = d.events("drain.plan")
     assert plan["cordon"] is True and plan["taint"] == {"key": TAINT_KEY, "value": "reclaim", "effect": "NoSchedule"}
+    assert plan["condition"] == {"type": "NoticeScheduled", "status": "True", "reason": "Reclaim",
+                                 "message": "notice n-test from unknown, deadline 2030-01-01T00:00:00Z"}
     assert [(p["pod"], p["phase"], p["tier"]) for p in plan["pods"]] == [
         ("default/web", "evict", 0), ("kube-system/dns", "evict", 1)]
     assert all(isinstance(p["grace_s"], int) for p in plan["pods"])
