@@ -3,7 +3,7 @@ nats-server), the agent holding only the node identity ``system:node:node-a`` (t
 its writes as the Node authorizer and NodeRestriction do: tests/emulators/kube/node_identity.py):
 
 3. the Node's ``NoticeScheduled`` appears with the cordon, names the notice that governs (a reclaim
-   taking over a maintenance drain, then the maintenance again when the reclaim is cancelled), is
+   taking over a maintenance drain; then, either cancelled first, the one left), is
    never False while a notice remains (sampled every 100 ms), and turns False, ``Withdrawn``, at
    the last cancel;
 4. a pod the agent deletes (contract ``pdb_blocked: delete``) gets ``DisruptionTarget`` /
@@ -16,6 +16,8 @@ import signal
 import threading
 import time
 from typing import Any
+
+import pytest
 
 from executor.kube import conditions
 from tests.support.stack import NODE, Stack
@@ -60,7 +62,9 @@ class Sampler:
         return self.samples
 
 
-def test_the_condition_comes_with_the_cordon_follows_the_governing_notice_and_is_withdrawn_at_the_last(tmp_path):
+@pytest.mark.parametrize("cancel_first", ["reclaim", "maintenance"])
+def test_the_condition_comes_with_the_cordon_follows_the_governing_notice_and_is_withdrawn_at_the_last(
+        tmp_path, cancel_first):
     with node_identity_stack(tmp_path) as s:
         s.kube.set_options(tokens=TOKENS)
         s.kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
@@ -79,20 +83,21 @@ def test_the_condition_comes_with_the_cordon_follows_the_governing_notice_and_is
         try:
             reclaim = s.publish_notice(kind="reclaim", deadline_in=300)
             wait_for(lambda: names(s, reclaim), 20, "the condition naming the reclaim (it took over)")
-            s.publish_notice(kind="cancel", notice_id=reclaim["id"])
-            kept = s.wait_event("drain.uncordoned", reclaim["id"], timeout=20)
+            first, last = (reclaim, maintenance) if cancel_first == "reclaim" else (maintenance, reclaim)
+            s.publish_notice(kind="cancel", notice_id=first["id"])
+            kept = s.wait_event("drain.uncordoned", first["id"], timeout=20)
             assert kept["data"]["action"] == "kept_for_other_notice"
-            wait_for(lambda: names(s, maintenance), 20, "the condition naming the maintenance again")
+            wait_for(lambda: names(s, last), 20, "the condition naming the notice left")
             time.sleep(1)
         finally:
             samples = sampler.stop()
         assert samples and all(status == "True" for status in samples), samples
         assert scheduled(s)["lastTransitionTime"] == since
-        s.publish_notice(kind="cancel", notice_id=maintenance["id"])
-        done = s.wait_event("drain.uncordoned", maintenance["id"], timeout=20)
+        s.publish_notice(kind="cancel", notice_id=last["id"])
+        done = s.wait_event("drain.uncordoned", last["id"], timeout=20)
         assert done["data"]["condition_withdrawn"] is True
         c = scheduled(s)
-        assert (c["status"], c["reason"]) == ("False", "Withdrawn") and maintenance["id"] in c["message"]
+        assert (c["status"], c["reason"]) == ("False", "Withdrawn") and last["id"] in c["message"]
         assert not s.cordoned() and conditions.condition_of(s.node(), "Ready") == ready
         # Every write the agent made went as the node, and none was refused but the taint (a 409 is
         # a resourceVersion race with the agent's own other thread, read again and retried).
