@@ -171,3 +171,17 @@ def test_the_reclaim_escalation_order_carries_the_source(kube, loop):
     o = order("r-9", "reclaim", 40, source="gcp", pdb_blocked="delete", level=EVICT_OVER)
     loop.until(lambda: names(kube, "r-9", "reclaim"), 20, "the condition", o)
     assert scheduled(kube)["message"].startswith("notice r-9 from gcp, deadline ")   # type: ignore[index]
+
+
+def test_a_refused_condition_does_not_hold_the_drain(kube, drains):
+    """An identity the server refuses nodes/status (403): the node is cordoned and emptied all the
+    same, and drain.cordoned says the condition was refused."""
+    kube.fault("status", pattern=rf"/nodes/{NODE}/status$", status=403)
+    kube.add_pod("web", NODE, owner=("ReplicaSet", "web"))
+    d = Drain(lambda: KubeApi(kube.url, NODE, timeout_s=2.0), make_spec(source="aws"))
+    drains.append(d)
+    d.wait_state("done")
+    (ev,) = d.events("drain.cordoned")
+    assert ev["condition"] == "" and ev["condition_patched"] is False and ev["condition_refused"]
+    assert ev["tainted"] is True and kube.node(NODE)["spec"]["unschedulable"] is True
+    assert scheduled(kube) is None
