@@ -11,13 +11,14 @@ This module is plain data and validation only. It must stay cheap to import
 
 Payload shape (the signed JSON object; every key other than ``serial``,
 ``hall``, ``issued_at`` and ``drain`` may be left out and then takes the value
-of ``BUILTIN``; ``kinds``, ``slurm`` and ``fallback`` may also be partial)::
+of ``BUILTIN``; ``kinds``, ``start``, ``slurm`` and ``fallback`` may also be partial)::
 
     {"serial": 7, "hall": "fra1", "node_class": "*", "issued_at": "2026-11-29T12:00:00Z",
      "drain": {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10},
      "taint_key": "sco.io/notice", "checkpoint_signal": "SIGTERM",
      "kinds": {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain",
                "live_migration": "ignore", "pause": "ignore"},
+     "start": {"reclaim": "at_once", "maintenance": "deadline_minus_budget"},
      "pdb_blocked": "report", "exclude_from_lb": false,
      "fallback": {"kinds": ["reclaim"], "lead_s": 10},
      "slurm": {"signal": "SIGTERM", "signal_scope": "full", "on_drain": "requeue"},
@@ -45,6 +46,12 @@ SOURCES = ("builtin", "launch", "bundle")
 # with a blackout of seconds; the built-in contract ignores both (watcher/providers cite why).
 KINDS = ("reclaim", "rebalance", "maintenance", "live_migration", "pause")
 ACTIONS = ("drain", "cordon", "ignore")
+# When a drain starts (DESIGN section 9, "When the drain starts"): 'at_once' when the notice
+# arrives; 'deadline_minus_budget' at ``deadline - drain.budget_s``, the node cordoned at once (new
+# work kept off) and its running work left to run until then. Only a kind whose action is 'drain'
+# has a start: 'cordon' is cordon only, 'ignore' nothing.
+AT_ONCE, DEADLINE_MINUS_BUDGET = "at_once", "deadline_minus_budget"
+STARTS = (AT_ONCE, DEADLINE_MINUS_BUDGET)
 PDB_BLOCKED = ("delete", "report")
 SIGNAL_SCOPES = ("batch", "full")
 SLURM_ON_DRAIN = ("requeue", "cancel")
@@ -130,6 +137,9 @@ class Contract:
     # (executor.kube.pacing.eviction_spread_delay; the name is kept for the bundles signed with it).
     first_write_spread_ms: int = 1000
     local_pods: LocalPods = LocalPods()
+    # (kind, start) for every kind in KINDS, in that order (STARTS); a contract signed before
+    # starts existed takes BUILTIN's.
+    start: tuple[tuple[str, str], ...] = ()
     source: str = field(default="bundle", compare=False)
 
     def action_for(self, kind: str) -> str:
@@ -138,6 +148,13 @@ class Contract:
             if known == kind:
                 return action
         return "drain"
+
+    def start_for(self, kind: str) -> str:
+        """When a drain of ``kind`` starts (STARTS); an unknown kind at once (the safe side)."""
+        for known, start in self.start:
+            if known == kind:
+                return start
+        return AT_ONCE
 
     def to_dict(self) -> dict[str, Any]:
         """The payload form: ``from_payload(c.to_dict(), c.source) == c``. ``source`` is left out."""
@@ -155,6 +172,7 @@ class Contract:
             "taint_key": self.taint_key,
             "checkpoint_signal": self.checkpoint_signal,
             "kinds": dict(self.kinds),
+            "start": dict(self.start),
             "pdb_blocked": self.pdb_blocked,
             "exclude_from_lb": self.exclude_from_lb,
             "slurm": {
@@ -187,6 +205,7 @@ class Contract:
             checkpoint_signal=_signal(top.get("checkpoint_signal", BUILTIN.checkpoint_signal),
                                       "checkpoint_signal"),
             kinds=_parse_kinds(top.get("kinds", {})),
+            start=_parse_start(top.get("start", {})),
             pdb_blocked=_choice(top.get("pdb_blocked", BUILTIN.pdb_blocked), "pdb_blocked",
                                 PDB_BLOCKED),
             exclude_from_lb=_bool(top.get("exclude_from_lb", BUILTIN.exclude_from_lb),
@@ -240,6 +259,17 @@ def _parse_kinds(value: Any) -> tuple[tuple[str, str], ...]:
     merged = dict(BUILTIN.kinds)
     for kind, action in obj.items():
         merged[kind] = _choice(action, f"kinds.{kind}", ACTIONS)
+    return tuple((kind, merged[kind]) for kind in KINDS)
+
+
+def _parse_start(value: Any) -> tuple[tuple[str, str], ...]:
+    # Merged over the built-in starts as ``kinds`` is: a bundle that says only
+    # {"reclaim": "deadline_minus_budget"} keeps a maintenance window's deferred start.
+    obj = _object(value, "start")
+    _no_unknown(obj, frozenset(KINDS), "start")
+    merged = dict(BUILTIN.start)
+    for kind, start in obj.items():
+        merged[kind] = _choice(start, f"start.{kind}", STARTS)
     return tuple((kind, merged[kind]) for kind in KINDS)
 
 
@@ -396,5 +426,14 @@ BUILTIN = Contract(
     # (a reclaim), and only as late as leaves the kubelet its shutdownGracePeriod -- 10 s in
     # deploy/kubernetes/kubelet-graceful-shutdown.yaml (tests/deploy check they agree).
     fallback=Fallback(kinds=("reclaim",), lead_s=10),
+    # A reclaim's deadline is minutes away at most and its deadline is the machine's end: drain at
+    # once. A maintenance window may be announced days or weeks ahead (AWS's scheduled events):
+    # draining when it is announced empties the node for nothing until then
+    # (aws-node-termination-handler #903), so its drain starts budget_s before the window, the node
+    # cordoned meanwhile. A hall that wants degraded hardware emptied at once (#361) says
+    # "maintenance": "at_once"; a CI hall whose jobs should run to the reclaim's last moment
+    # (runs-on #277) says "reclaim": "deadline_minus_budget".
+    start=(("reclaim", AT_ONCE), ("rebalance", AT_ONCE), ("maintenance", DEADLINE_MINUS_BUDGET),
+           ("live_migration", AT_ONCE), ("pause", AT_ONCE)),
     source="builtin",
 )

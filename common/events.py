@@ -34,6 +34,8 @@ EventType = Literal[
     # issue 28: extend (DESIGN §6), per-pod policy (DESIGN §9), pods kubectl refuses
     "drain.checkpoint_extended", "drain.extend_refused",
     "drain.pod_skipped", "drain.pod_held", "drain.pod_data_lost",
+    # issue 28: a deferred drain's start came (DESIGN §9); a cordon-only notice's verdict
+    "drain.deferred_started", "drain.cordoned_judged",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",

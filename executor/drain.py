@@ -8,6 +8,7 @@ earliest deadline) and the notices it serves. Each turn of the executor's loop
 1. **start the record** of every notice the first time it is seen -- on the contract
    heard from the watcher, whose budget and choices the drain keeps to its end -- and
    save it before ``drain.started`` is announced, so a restart never starts it twice;
+   **start a deferred drain** whose time has come (``_begin_due``, below);
 2. **tell the clients** on the agent socket: once the node is cordoned, or
    ``TELL_CLIENTS_AFTER_S`` after receipt whatever the scheduler does;
 3. **bring the served records up to the drain**: what the governing drain did (its
@@ -17,6 +18,17 @@ earliest deadline) and the notices it serves. Each turn of the executor's loop
    policy for its kind), by when (``common.wire.phase_ends``), how far the verifier
    has escalated, which pods still checkpoint. When a more urgent notice arrives,
    the next order names it, and the scheduler hands the drain over.
+
+**When the drain starts** (DESIGN.md section 9): the contract's ``start`` for the kind, frozen
+in the record (``drain_start``). ``at_once``: the drain runs from receipt. ``deadline_minus_budget``:
+until ``DrainRecord.begins_at`` (the notice's deadline less the budget, a wall-clock time compared
+with the wall clock) the notice wants the node cordoned only -- the scheduler is handed a
+cordon-only order, and once the cordon is done the record waits (``waiting``, not running, still
+marking the node) -- and its clients are not told, so its workloads run until then. When the time
+comes the record gets the step ``deferred_started`` (saved, announced as ``drain.deferred_started``)
+and runs: its order moves work, its phases run from its start (``DrainRecord.ends``). The step is
+what a restarted executor reads, so a drain neither starts early nor is forgotten. A cordon-only
+kind (the contract's ``kinds``) wants the cordon and nothing more, ever.
 
 A withdrawn notice: its clients are told, and the scheduler gets a ``Withdrawal``
 that undoes what the drain did to the node only if no other active notice still
@@ -97,10 +109,17 @@ _SHARED_ENDS = (DrainState.DONE, DrainState.CORDONED_ONLY, DrainState.DRY_RUN)
 
 def want_of(rec: DrainRecord) -> Want:
     """What the notice of ``rec`` wants of the node now (executor.governing). A finished drain still
-    wants its cordon: the node stays closed until the notice is withdrawn or the machine goes."""
+    wants its cordon: the node stays closed until the notice is withdrawn or the machine goes. A
+    deferred drain wants the cordon only until its start came (``DrainRecord.begun``)."""
     if rec.policy == "ignore" or rec.state in (DrainState.WITHDRAWN, DrainState.DRY_RUN, DrainState.IGNORED):
         return Want.NOTHING
-    return Want.DRAIN if rec.policy == "drain" else Want.CORDON
+    return Want.DRAIN if rec.policy == "drain" and rec.begun() else Want.CORDON
+
+
+def cordoned_state(rec: DrainRecord) -> str:
+    """What a record that wants only the cordon is, once the node is cordoned: a cordon-only kind
+    has all it wants (``cordoned_only``, an end); a deferred drain waits for its start."""
+    return DrainState.CORDONED_ONLY if rec.policy != "drain" else DrainState.WAITING
 
 
 class Drains:
@@ -139,6 +158,7 @@ class Drains:
         for n in list(self.active.values()):
             rec = self.records.get(n.id) or self._start(n, now)
             if rec is not None:
+                self._begin_due(n, rec, now)
                 self._tell_clients(n, rec, now)
         self._take_over(now)
         self._bring_up(now)
@@ -235,8 +255,8 @@ class Drains:
         if gov.problem and rec.problem != gov.problem:
             rec.problem, changed = gov.problem, True
             rec.steps.setdefault(Step.CONFIG_ERROR, now)
-        if rec.policy != "drain" and Step.CORDONED in rec.steps:
-            rec.state, changed = DrainState.CORDONED_ONLY, True   # all a cordon-only notice wants
+        if want_of(rec) == Want.CORDON and Step.CORDONED in rec.steps:
+            rec.state, changed = cordoned_state(rec), True   # all it wants (for now, if deferred)
         return changed
 
     # -- 1. start the record -------------------------------------------------------------
@@ -250,17 +270,36 @@ class Drains:
         # Saved before it is announced: an executor killed in between must not start (and
         # announce) the same drain again.
         self.save_now(now)
-        self.shell.emit("drain.started", n.id, {"kind": n.kind, "policy": rec.policy}, now)
+        data: dict[str, Any] = {"kind": n.kind, "policy": rec.policy}
+        if rec.policy == "drain":
+            data.update(start=rec.drain_start, starts_at=format_rfc3339(rec.begins_at(n.deadline)))
+        self.shell.emit("drain.started", n.id, data, now)
         if rec.state == DrainState.IGNORED:
             self._announce(n.id, "drain.ignored", {"kind": n.kind, "detail": n.detail,
                                                    "contract_serial": rec.contract_serial}, now)
         return rec
 
+    def _begin_due(self, n: Notice, rec: DrainRecord, now: float) -> None:
+        """A deferred drain whose start (deadline - budget_s, on the wall clock) has come: from now on
+        it wants the node drained. Saved before it is announced; a withdrawn notice never starts."""
+        if (rec.begun() or rec.policy != "drain" or n.id in self.withdrawn
+                or rec.state not in (DrainState.RUNNING, DrainState.WAITING) or now < rec.begins_at(n.deadline)):
+            return
+        waited = rec.state == DrainState.WAITING
+        rec.steps[Step.DEFERRED_STARTED] = now
+        rec.state = DrainState.RUNNING
+        self.save_now(now)
+        starts_at = rec.begins_at(n.deadline)
+        self._announce(n.id, "drain.deferred_started", {
+            "kind": n.kind, "starts_at": format_rfc3339(starts_at), "late_ms": round((now - starts_at) * 1000),
+            "deadline": format_rfc3339(n.deadline), "cordoned": Step.CORDONED in rec.steps, "waited": waited}, now)
+        self.shell.publish()
+
     # -- 2. tell the clients -------------------------------------------------------------
     def _tell_clients(self, n: Notice, rec: DrainRecord, now: float) -> None:
         """Announce the notice on the agent socket (idempotent: an unchanged notice is not re-sent)."""
-        if self.clients is None or rec.state == DrainState.WITHDRAWN or rec.policy != "drain":
-            return
+        if self.clients is None or rec.state == DrainState.WITHDRAWN or want_of(rec) != Want.DRAIN:
+            return   # a deferred drain's clients hear of it when it starts: their work runs until then
         # Cordon first, so nothing new lands while workloads checkpoint; but never let a slow or
         # unreachable scheduler keep the workloads from hearing the notice for long.
         # (Timed from this process's first sight of the notice, on the monotonic clock.)
@@ -294,7 +333,7 @@ class Drains:
     def _order(self, n: Notice, rec: DrainRecord) -> Order:
         held, hold_all = self.clients.holds(n.id) if self.clients is not None else (frozenset(), False)
         return Order(notice_id=n.id, kind=n.kind, deadline=n.deadline, received_at=rec.received_at,
-                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=rec.policy != "drain",
+                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=want_of(rec) != Want.DRAIN,
                      taint_key=rec.taint_key, pdb_blocked=rec.pdb_blocked, exclude_from_lb=rec.exclude_from_lb,
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
                      held=held, hold_all=hold_all, contract=self.contract,
@@ -353,12 +392,22 @@ class Drains:
     def _on_state(self, r: NewState, rec: DrainRecord, now: float) -> bool:
         if rec.state == DrainState.WITHDRAWN or (r.state != DrainState.WITHDRAWN and r.notice_id in self.withdrawn):
             return False   # a late report from a drain that was stopped
+        if r.state == DrainState.CORDONED_ONLY and rec.policy == "drain":
+            # The cordon a deferred drain asked for before its start: it waits for it -- or, its start
+            # come while the cordon was made, runs on (the next order moves work).
+            if rec.begun():
+                return False
+            rec.state = DrainState.WAITING
+            if r.notice_id == self.service.governing:
+                self._bring_up(now)   # what it served wanted the cordon only too: they have it
+            self.save_now(now)
+            return True
         rec.state = r.state
         if r.notice_id == self.service.governing and r.state in _SHARED_ENDS:
             # The node's one drain ended: so did every notice it served (by its own policy).
             self._bring_up(now)
             for _, other in self._served():
-                other.state = (DrainState.CORDONED_ONLY if r.state == DrainState.DONE and other.policy != "drain"
+                other.state = (cordoned_state(other) if r.state == DrainState.DONE and want_of(other) != Want.DRAIN
                                else r.state)
         self.save_now(now)
         return True

@@ -26,7 +26,7 @@ from typing import Any
 
 from common import pod_policy
 from common.notice import Notice
-from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
+from common.verdict import CORDONED, DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
 from common.wire import (
     CHECKPOINT_OVER,
     EVICT_OVER,
@@ -91,7 +91,7 @@ class Clock:
 
     def moved_by(self, rec: DrainRecord) -> bool:
         """Does the drain record say the drain runs on another budget (or receipt) than this clock?"""
-        return self.budget != rec.budget or self.received_at != rec.received_at
+        return self.budget != rec.budget or self.received_at != rec.begins_at(self.deadline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,8 @@ class Observation:
 def start_clock(notice: Notice, budget: Budget, received_at: float | None = None) -> Clock:
     """The phases run in the budget's order from receipt: checkpoint, then evict, then the margin.
 
-    ``received_at``: the drain record's (the executor's); else the notice's arrival. A notice
+    ``received_at``: when the drain record's phases begin (its receipt, or a deferred drain's
+    start: ``DrainRecord.begins_at``); else the notice's arrival. A notice
     that arrived after its own cutoff (late delivery, skewed clock) is still drained; it is
     judged by what happens, never dropped.
     """
@@ -122,7 +123,7 @@ def start_clock(notice: Notice, budget: Budget, received_at: float | None = None
 def clock_for(notice: Notice, rec: DrainRecord | None, budget: Budget) -> Clock:
     """The clock of ``notice``: its drain record's budget when there is one, else ``budget``."""
     if rec is not None:
-        return start_clock(notice, rec.budget, rec.received_at)
+        return start_clock(notice, rec.budget, rec.begins_at(notice.deadline))
     return start_clock(notice, budget)
 
 
@@ -137,6 +138,8 @@ def escalation(clock: Clock, now: float) -> Escalation | None:
 def finished_at(rec: DrainRecord, progress_at: float) -> float | None:
     """When the node was seen empty (or, for a cordon-only policy, cordoned); None if not yet."""
     steps = rec.steps
+    if rec.state == DrainState.WAITING:
+        return None   # a deferred drain, cordoned, its start not come: nothing is finished
     if rec.state == DrainState.CORDONED_ONLY and Step.CORDONED in steps:
         return float(steps[Step.CORDONED])
     if Step.NODE_EMPTY in steps:
@@ -229,6 +232,11 @@ def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
         if agreed:
             left = seen.left if seen is not None and seen.left else ()
             return Verdict(UNVERIFIED, clock.notice_id, now, left=left, finished_at=done_at, reason=agreed)
+        if rec.state == DrainState.CORDONED_ONLY:
+            # Not "done": nothing was moved, and saying the node is empty would be a lie.
+            return Verdict(CORDONED, clock.notice_id, now, finished_at=done_at, reason=(
+                f"cordon only: the contract's policy for a {rec.kind} notice keeps new work off the node "
+                "and moves none; what runs on it stays"))
         return Verdict(DONE, clock.notice_id, now, finished_at=done_at)
     if now < clock.cutoff:
         return None

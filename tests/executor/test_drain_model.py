@@ -39,7 +39,8 @@ LINGER_S = 30.0
 KINDS = ("reclaim", "rebalance", "maintenance", "live_migration")
 # rebalance cordons only, live_migration is ignored: every policy is exercised.
 CONTRACT = Contract.from_payload({**BUILTIN.to_dict(), "kinds": {
-    "reclaim": "drain", "rebalance": "cordon", "maintenance": "drain", "live_migration": "ignore"}})
+    "reclaim": "drain", "rebalance": "cordon", "maintenance": "drain", "live_migration": "ignore"},
+    "start": {"maintenance": "at_once"}})   # deferred starts: tests/executor/test_deferred_start.py
 POLICY = {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain", "live_migration": "ignore"}
 
 
