@@ -333,12 +333,19 @@ class Drains:
     def _order(self, n: Notice, rec: DrainRecord) -> Order:
         held, hold_all = self.clients.holds(n.id) if self.clients is not None else (frozenset(), False)
         return Order(notice_id=n.id, kind=n.kind, deadline=n.deadline, received_at=rec.received_at,
-                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=want_of(rec) != Want.DRAIN,
+                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=self._cordon_only(rec),
                      taint_key=rec.taint_key, pdb_blocked=rec.pdb_blocked, exclude_from_lb=rec.exclude_from_lb,
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
                      held=held, hold_all=hold_all, contract=self.contract,
                      held_until=self.clients.extended() if self.clients is not None else {},
                      fallback_allowed=rec.fallback_allowed, fallback_at=fallback_at(n.deadline, rec.fallback_lead_s))
+
+    def _cordon_only(self, rec: DrainRecord) -> bool:
+        """Does the order ask for the cordon only? A dry run plans the whole drain at once (it does
+        nothing, so there is nothing to wait for; its plan's phases run from the drain's start)."""
+        if self.dry_run:
+            return rec.policy != "drain"
+        return want_of(rec) != Want.DRAIN
 
     def _withdraw(self, nid: str, now: float) -> None:
         if self.clients is not None:

@@ -285,3 +285,13 @@ def test_a_restart_between_the_cordon_and_the_start_neither_starts_early_nor_for
     d3, sched3, shell3, _ = restarted(d2, maint)
     d3.turn(STARTS_AT + 2, STARTS_AT + 2)
     assert [o.cordon_only for o in sched3.orders] == [False] and events(shell3, "drain.deferred_started") == []
+
+
+def test_a_dry_run_plans_a_deferred_drain_whole_at_once_timed_from_its_start():
+    """Nothing is done in a dry run, so nothing waits: its one plan is the whole drain's."""
+    d, sched, _, _, maint = setup()
+    d.dry_run = True
+    d.active = {maint.id: maint}
+    d.turn(T0 + 0.1, T0 + 0.1)
+    (o,) = sched.orders
+    assert not o.cordon_only and o.ends.checkpoint_by == STARTS_AT + BUILTIN.drain.checkpoint_s
