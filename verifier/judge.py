@@ -91,7 +91,8 @@ class Clock:
 
     def moved_by(self, rec: DrainRecord) -> bool:
         """Does the drain record say the drain runs on another budget (or receipt) than this clock?"""
-        return self.budget != rec.budget or self.received_at != rec.begins_at(self.deadline)
+        return (self.budget != rec.budget or self.received_at != rec.received_at
+                or self.checkpoint_at != rec.ends(self.deadline).checkpoint_by)   # a deferred drain's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +107,18 @@ class Observation:
     skipped: tuple[str, ...] = ()   # of ``left``: pods whose own policy is skip (common.pod_policy)
 
 
-def start_clock(notice: Notice, budget: Budget, received_at: float | None = None) -> Clock:
+def start_clock(notice: Notice, budget: Budget, received_at: float | None = None,
+                begins_at: float | None = None) -> Clock:
     """The phases run in the budget's order from receipt: checkpoint, then evict, then the margin.
 
-    ``received_at``: when the drain record's phases begin (its receipt, or a deferred drain's
-    start: ``DrainRecord.begins_at``); else the notice's arrival. A notice
+    ``received_at``: the drain record's (the executor's); else the notice's arrival. ``begins_at``:
+    when the phases begin, if not at receipt (a deferred drain's start, ``DrainRecord.begins_at``).
+    A notice
     that arrived after its own cutoff (late delivery, skewed clock) is still drained; it is
     judged by what happens, never dropped.
     """
     received = received_at if received_at is not None else (notice.received_at or notice.issued_at)
-    ends = phase_ends(received, notice.deadline, budget)
+    ends = phase_ends(received if begins_at is None else begins_at, notice.deadline, budget)
     return Clock(notice.id, notice.issued_at, received, notice.deadline, budget.margin_s,
                  ends.checkpoint_by, ends.evict_at, ends.cutoff, budget)
 
@@ -123,7 +126,7 @@ def start_clock(notice: Notice, budget: Budget, received_at: float | None = None
 def clock_for(notice: Notice, rec: DrainRecord | None, budget: Budget) -> Clock:
     """The clock of ``notice``: its drain record's budget when there is one, else ``budget``."""
     if rec is not None:
-        return start_clock(notice, rec.budget, rec.begins_at(notice.deadline))
+        return start_clock(notice, rec.budget, rec.received_at, rec.begins_at(notice.deadline))
     return start_clock(notice, budget)
 
 

@@ -217,5 +217,7 @@ def test_a_deferred_drain_is_timed_and_escalated_from_its_start():
     starts = n.deadline - BUILTIN.drain.budget_s
     clock = clock_for(n, rec, rec.budget)
     assert clock.checkpoint_at == starts + BUILTIN.drain.checkpoint_s and not clock.moved_by(rec)
+    assert clock.received_at == rec.received_at   # the receipt stays the receipt ("notice", withdrawals)
+    assert start_clock(n, rec.budget, rec.received_at).moved_by(rec)   # a clock started at once is moved
     assert escalation(clock, n.received_at + 3600) is None
     assert escalation(clock, starts + BUILTIN.drain.checkpoint_s).level == "checkpoint_over"
