@@ -11,24 +11,16 @@ earliest deadline) and the notices it serves. Each turn of the executor's loop
    **start a deferred drain** whose time has come (``_begin_due``, below);
 2. **tell the clients** on the agent socket: once the node is cordoned, or
    ``TELL_CLIENTS_AFTER_S`` after receipt whatever the scheduler does;
-3. **bring the served records up to the drain**: what the governing drain did (its
-   steps, what is left, its phase, its memory) is what every notice it serves sees,
-   so each still gets its own verdict, naming what held it up;
+3. **bring the served records up to the drain** (``executor.served``): what the governing
+   drain did (its steps, what is left, its phase, its memory) is what every notice it
+   serves sees, so each still gets its own verdict, naming what held it up;
 4. **advance the scheduler** with the governing notice's ``Order``: what to do (the
    policy for its kind), by when (``common.wire.phase_ends``), how far the verifier
    has escalated, which pods still checkpoint. When a more urgent notice arrives,
    the next order names it, and the scheduler hands the drain over.
 
-**When the drain starts** (DESIGN.md section 9): the contract's ``start`` for the kind, frozen
-in the record (``drain_start``). ``at_once``: the drain runs from receipt. ``deadline_minus_budget``:
-until ``DrainRecord.begins_at`` (the notice's deadline less the budget, a wall-clock time compared
-with the wall clock) the notice wants the node cordoned only -- the scheduler is handed a
-cordon-only order, and once the cordon is done the record waits (``waiting``, not running, still
-marking the node) -- and its clients are not told, so its workloads run until then. When the time
-comes the record gets the step ``deferred_started`` (saved, announced as ``drain.deferred_started``)
-and runs: its order moves work, its phases run from its start (``DrainRecord.ends``). The step is
-what a restarted executor reads, so a drain neither starts early nor is forgotten. A cordon-only
-kind (the contract's ``kinds``) wants the cordon and nothing more, ever.
+**When the drain starts** (a deferred drain waits, cordoned, for ``deadline - budget_s``; a
+cordon-only kind never moves work): ``executor.drain_start``.
 
 A withdrawn notice: its clients are told, and the scheduler gets a ``Withdrawal``
 that undoes what the drain did to the node only if no other active notice still
@@ -46,7 +38,6 @@ neither holds the clients' notice nor the saves for as long as the step.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +47,7 @@ from common.events import EventType
 from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
+from executor.drain_start import cordon_only, cordoned_state, deferred_started, due, want_of
 from executor.extension import extend_limit
 from executor.governing import Candidate, Service, Want, serve
 from executor.scheduler import (
@@ -73,6 +65,7 @@ from executor.scheduler import (
     StepDone,
     Withdrawal,
 )
+from executor.served import SHARED_ENDS, catch_up
 
 if TYPE_CHECKING:
     from common.log import Logger
@@ -95,31 +88,6 @@ class Shell(Protocol):
 
     def publish(self) -> None:
         """Send every record on executor.pub."""
-
-
-# What the governing drain did that every notice it serves has seen done; the steps announced again
-# for each of them (a served notice's own record then reads like a drain of its own).
-_SHARED_STEPS = (Step.LB_EXCLUDED, Step.CORDONED, Step.SIGNALLED, Step.EVICTED, Step.DELETED, Step.REQUEUED,
-                 Step.FALLBACK, Step.RECONCILED, Step.NODE_EMPTY)
-_SHARED_EVENTS: dict[str, EventType] = {Step.CORDONED: "drain.cordoned", Step.NODE_EMPTY: "drain.node_empty",
-                  Step.FALLBACK: "drain.fallback"}
-# The governing drain's end, shared by every notice it serves (ENDED is its own deadline's, not theirs).
-_SHARED_ENDS = (DrainState.DONE, DrainState.CORDONED_ONLY, DrainState.DRY_RUN)
-
-
-def want_of(rec: DrainRecord) -> Want:
-    """What the notice of ``rec`` wants of the node now (executor.governing). A finished drain still
-    wants its cordon: the node stays closed until the notice is withdrawn or the machine goes. A
-    deferred drain wants the cordon only until its start came (``DrainRecord.begun``)."""
-    if rec.policy == "ignore" or rec.state in (DrainState.WITHDRAWN, DrainState.DRY_RUN, DrainState.IGNORED):
-        return Want.NOTHING
-    return Want.DRAIN if rec.policy == "drain" and rec.begun() else Want.CORDON
-
-
-def cordoned_state(rec: DrainRecord) -> str:
-    """What a record that wants only the cordon is, once the node is cordoned: a cordon-only kind
-    has all it wants (``cordoned_only``, an end); a deferred drain waits for its start."""
-    return DrainState.CORDONED_ONLY if rec.policy != "drain" else DrainState.WAITING
 
 
 class Drains:
@@ -238,25 +206,10 @@ class Drains:
             self.shell.publish()
 
     def _catch_up(self, nid: str, rec: DrainRecord, gov_id: str, gov: DrainRecord, now: float) -> bool:
-        """One served record up to the governing one; True if it changed."""
-        changed = False
-        for step in _SHARED_STEPS:
-            if step in gov.steps and step not in rec.steps:
-                rec.steps[step] = max(gov.steps[step], rec.received_at)
-                changed = True
-                if step in _SHARED_EVENTS:
-                    self._announce(nid, _SHARED_EVENTS[step], {"drain_of": gov_id, "kind": gov.kind}, now)
-        if gov.remaining is not None and rec.remaining != gov.remaining:
-            rec.remaining, changed = list(gov.remaining), True
-        if gov.phase and rec.phase != gov.phase:
-            rec.phase, changed = gov.phase, True
-        if gov.memo and rec.memo != gov.memo:
-            rec.memo, changed = copy.deepcopy(gov.memo), True
-        if gov.problem and rec.problem != gov.problem:
-            rec.problem, changed = gov.problem, True
-            rec.steps.setdefault(Step.CONFIG_ERROR, now)
-        if want_of(rec) == Want.CORDON and Step.CORDONED in rec.steps:
-            rec.state, changed = cordoned_state(rec), True   # all it wants (for now, if deferred)
+        """One served record up to the governing one (executor.served); True if it changed."""
+        changed, said = catch_up(rec, gov_id, gov, now)
+        for event, data in said:
+            self._announce(nid, event, data, now)
         return changed
 
     # -- 1. start the record -------------------------------------------------------------
@@ -280,19 +233,15 @@ class Drains:
         return rec
 
     def _begin_due(self, n: Notice, rec: DrainRecord, now: float) -> None:
-        """A deferred drain whose start (deadline - budget_s, on the wall clock) has come: from now on
-        it wants the node drained. Saved before it is announced; a withdrawn notice never starts."""
-        if (rec.begun() or rec.policy != "drain" or n.id in self.withdrawn
-                or rec.state not in (DrainState.RUNNING, DrainState.WAITING) or now < rec.begins_at(n.deadline)):
+        """A deferred drain whose start has come wants the node drained from now on (drain_start.due):
+        the step saved, then announced. A withdrawn notice never starts."""
+        if n.id in self.withdrawn or not due(rec, n.deadline, now):
             return
-        waited = rec.state == DrainState.WAITING
+        data = deferred_started(n, rec, now)
         rec.steps[Step.DEFERRED_STARTED] = now
         rec.state = DrainState.RUNNING
         self.save_now(now)
-        starts_at = rec.begins_at(n.deadline)
-        self._announce(n.id, "drain.deferred_started", {
-            "kind": n.kind, "starts_at": format_rfc3339(starts_at), "late_ms": round((now - starts_at) * 1000),
-            "deadline": format_rfc3339(n.deadline), "cordoned": Step.CORDONED in rec.steps, "waited": waited}, now)
+        self._announce(n.id, "drain.deferred_started", data, now)
         self.shell.publish()
 
     # -- 2. tell the clients -------------------------------------------------------------
@@ -333,19 +282,12 @@ class Drains:
     def _order(self, n: Notice, rec: DrainRecord) -> Order:
         held, hold_all = self.clients.holds(n.id) if self.clients is not None else (frozenset(), False)
         return Order(notice_id=n.id, kind=n.kind, deadline=n.deadline, received_at=rec.received_at,
-                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=self._cordon_only(rec),
+                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=cordon_only(rec, self.dry_run),
                      taint_key=rec.taint_key, pdb_blocked=rec.pdb_blocked, exclude_from_lb=rec.exclude_from_lb,
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
                      held=held, hold_all=hold_all, contract=self.contract,
                      held_until=self.clients.extended() if self.clients is not None else {},
                      fallback_allowed=rec.fallback_allowed, fallback_at=fallback_at(n.deadline, rec.fallback_lead_s))
-
-    def _cordon_only(self, rec: DrainRecord) -> bool:
-        """Does the order ask for the cordon only? A dry run plans the whole drain at once (it does
-        nothing, so there is nothing to wait for; its plan's phases run from the drain's start)."""
-        if self.dry_run:
-            return rec.policy != "drain"
-        return want_of(rec) != Want.DRAIN
 
     def _withdraw(self, nid: str, now: float) -> None:
         if self.clients is not None:
@@ -410,7 +352,7 @@ class Drains:
             self.save_now(now)
             return True
         rec.state = r.state
-        if r.notice_id == self.service.governing and r.state in _SHARED_ENDS:
+        if r.notice_id == self.service.governing and r.state in SHARED_ENDS:
             # The node's one drain ended: so did every notice it served (by its own policy).
             self._bring_up(now)
             for _, other in self._served():

@@ -18,7 +18,7 @@ decides, as a pure function over plain data, what that drain is:
   nothing while this is not empty; ``marker`` is the one the marks should name then.
 
 What a notice wants is a value (``Want``) its caller derives from the record
-(``executor.drain.want_of``), so the rules of when a drain starts are a change to that
+(``executor.drain_start.want_of``), so the rules of when a drain starts are a change to that
 derivation, not to this: a notice whose contract defers its drain to ``deadline -
 budget_s`` (DESIGN section 9, "When the drain starts") wants ``CORDON`` until then and
 ``DRAIN`` from then; a cordon-only notice always ``CORDON``. A notice that wants only the

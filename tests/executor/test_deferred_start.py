@@ -13,7 +13,8 @@ import pytest
 from common.contract import BUILTIN, Contract
 from common.timefmt import format_rfc3339
 from common.wire import DrainState, Step, decode_records, encode_records
-from executor.drain import Drains, want_of
+from executor.drain import Drains
+from executor.drain_start import want_of
 from executor.governing import Want
 from executor.scheduler import NewState, Remaining, Remember, StepDone
 from tests.executor.test_drain_core import FakeShell
