@@ -136,3 +136,18 @@ def test_a_cordon_only_maintenance_never_evicts_and_a_reclaim_behind_it_drains_u
     node = kube.node(NODE)
     assert node["spec"].get("unschedulable") and taint(kube) == "maintenance"
     assert lp.state(maint.id) == DrainState.CORDONED_ONLY
+
+
+def test_a_deferred_maintenance_cancelled_before_its_start_is_uncordoned_and_never_evicts(kube, loops):
+    kube.add_pod("web", NODE, owner=("ReplicaSet", "web"))
+    lp = CoreLoop(kube, CONTRACT)
+    loops.append(lp)
+    maint = notice("maint", "maintenance", deadline_in=8.0, now=time.time(), received_in=0.0)
+    starts_at = maint.deadline - CONTRACT.drain.budget_s
+    lp.set([maint])
+    wait_for(lambda: lp.state(maint.id) == DrainState.WAITING, 5, "the drain waiting for its start")
+    lp.set([], withdrawn=(maint.id,))
+    wait_for(lambda: lp.state(maint.id) == DrainState.WITHDRAWN, 8, "the maintenance withdrawn")
+    assert not kube.node(NODE)["spec"].get("unschedulable") and taint(kube) is None
+    wait_for(lambda: time.time() > starts_at + 1.5, 10, "past its start")
+    assert kube.evictions() == [] and lp.events("drain.deferred_started", maint.id) == []
