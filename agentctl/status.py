@@ -119,6 +119,7 @@ def summarize(*, node: str, hall: str, processes: list[str], files: AgentFiles, 
             "verdict": (verdict.outcome or None) if verdict is not None else None,
             "timeline_ms": timeline(n, rec),
             "fallback": fallback_view(n, rec, now),
+            "start": start_view(n, rec, now),
             "problem": rec.problem if rec is not None and rec.problem else None,
         })
     return {"node": node, "hall": hall, "processes": parse_processes(processes), "contract": cview,
@@ -137,6 +138,31 @@ def fallback_view(n: Notice, rec: DrainRecord | None, now: float) -> dict[str, A
     at = fallback_at(n.deadline, rec.fallback_lead_s)
     return {"state": "armed", "at": format_rfc3339(at), "in_s": round(at - now, 1),
             "lead_s": rec.fallback_lead_s}
+
+
+def start_view(n: Notice, rec: DrainRecord | None, now: float) -> dict[str, Any] | None:
+    """When the notice's drain starts (the contract's ``start`` for its kind, frozen in the record):
+    it has (``started``), it will (``deferred``: at deadline - budget_s, the node cordoned meanwhile),
+    or it never moves work (``cordon_only``, ``ignored``); None before the drain record exists."""
+    if rec is None:
+        return None
+    if rec.policy != "drain":
+        return {"state": "cordon_only" if rec.policy == "cordon" else "ignored"}
+    if rec.begun():
+        at = rec.steps.get(Step.DEFERRED_STARTED, rec.received_at)
+        return {"state": "started", "at": format_rfc3339(at), "rule": rec.drain_start}
+    at = rec.begins_at(n.deadline)
+    return {"state": "deferred", "at": format_rfc3339(at), "in_s": round(at - now, 1), "rule": rec.drain_start}
+
+
+def _start_text(s: dict[str, Any]) -> str:
+    if s["state"] == "started":
+        return f"; drain started at {s['at']}"
+    if s["state"] == "deferred":
+        return f"; drain starts at {s['at']} (in {s['in_s']} s, deadline - budget), the node cordoned meanwhile"
+    if s["state"] == "cordon_only":
+        return "; cordon only: the contract moves no work for this kind"
+    return "; ignored: the contract does nothing for this kind"
 
 
 def last_verdict(verdicts: dict[str, VerdictRecord]) -> dict[str, Any] | None:
@@ -190,6 +216,9 @@ def _contract_line(c: dict[str, Any] | None) -> str:
 
 def _active_lines(a: dict[str, Any]) -> list[str]:
     state = f"  drain: {a['drain_state'] or 'not started'}"
+    st = a.get("start")
+    if st:
+        state += _start_text(st)
     if a["escalation"]:
         state += f", escalation {a['escalation']} ({LEVELS.index(a['escalation']) + 1}/3)"
     if a["verdict"]:

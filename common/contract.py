@@ -11,13 +11,14 @@ This module is plain data and validation only. It must stay cheap to import
 
 Payload shape (the signed JSON object; every key other than ``serial``,
 ``hall``, ``issued_at`` and ``drain`` may be left out and then takes the value
-of ``BUILTIN``; ``kinds``, ``slurm`` and ``fallback`` may also be partial)::
+of ``BUILTIN``; ``kinds``, ``start``, ``slurm`` and ``fallback`` may also be partial)::
 
     {"serial": 7, "hall": "fra1", "node_class": "*", "issued_at": "2026-11-29T12:00:00Z",
      "drain": {"budget_s": 100, "checkpoint_s": 40, "evict_s": 50, "margin_s": 10},
      "taint_key": "sco.io/notice", "checkpoint_signal": "SIGTERM",
      "kinds": {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain",
                "live_migration": "ignore", "pause": "ignore"},
+     "start": {"reclaim": "at_once", "maintenance": "deadline_minus_budget"},
      "pdb_blocked": "report", "exclude_from_lb": false,
      "fallback": {"kinds": ["reclaim"], "lead_s": 10},
      "slurm": {"signal": "SIGTERM", "signal_scope": "full", "on_drain": "requeue"},
@@ -29,11 +30,11 @@ whereas a refused bundle is counted and leaves the node on its last good one.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.timefmt import format_rfc3339, parse_rfc3339
+from common import contract_fields as check
+from common.timefmt import format_rfc3339
 
 # Where a contract came from. 'builtin' is never authoritative: any verified
 # bundle replaces it; 'launch' is the subset cloud-init wrote, superseded by a
@@ -45,26 +46,20 @@ SOURCES = ("builtin", "launch", "bundle")
 # with a blackout of seconds; the built-in contract ignores both (watcher/providers cite why).
 KINDS = ("reclaim", "rebalance", "maintenance", "live_migration", "pause")
 ACTIONS = ("drain", "cordon", "ignore")
+# When a drain starts (DESIGN section 9, "When the drain starts"): 'at_once' when the notice
+# arrives; 'deadline_minus_budget' at ``deadline - drain.budget_s``, the node cordoned at once (new
+# work kept off) and its running work left to run until then. Only a kind whose action is 'drain'
+# has a start: 'cordon' is cordon only, 'ignore' nothing.
+AT_ONCE, DEADLINE_MINUS_BUDGET = "at_once", "deadline_minus_budget"
+STARTS = (AT_ONCE, DEADLINE_MINUS_BUDGET)
 PDB_BLOCKED = ("delete", "report")
 SIGNAL_SCOPES = ("batch", "full")
 SLURM_ON_DRAIN = ("requeue", "cancel")
-
-# Signals a workload may be asked to checkpoint with. SIGKILL/SIGSTOP cannot be
-# caught, so they could never mean "checkpoint"; anything exotic is a typo.
-SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGWINCH")
 
 MAX_BUDGET_S = 3600  # Azure's longest scheduled-event notice is 15 min; an hour is generous.
 # The hall's agents spread their first API write over at most this (issue 19): more would cordon
 # too late to keep new pods off a node whose notice is 25 s long.
 MAX_FIRST_WRITE_SPREAD_MS = 10_000
-
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-# A Kubernetes qualified name: optional DNS-subdomain prefix, '/', a name of at most 63 characters.
-_TAINT_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_URL = re.compile(r"^https?://[^\s/?#@]+(/[^\s]*)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +125,9 @@ class Contract:
     # (executor.kube.pacing.eviction_spread_delay; the name is kept for the bundles signed with it).
     first_write_spread_ms: int = 1000
     local_pods: LocalPods = LocalPods()
+    # (kind, start) for every kind in KINDS, in that order (STARTS); a contract signed before
+    # starts existed takes BUILTIN's.
+    start: tuple[tuple[str, str], ...] = ()
     source: str = field(default="bundle", compare=False)
 
     def action_for(self, kind: str) -> str:
@@ -138,6 +136,13 @@ class Contract:
             if known == kind:
                 return action
         return "drain"
+
+    def start_for(self, kind: str) -> str:
+        """When a drain of ``kind`` starts (STARTS); an unknown kind at once (the safe side)."""
+        for known, start in self.start:
+            if known == kind:
+                return start
+        return AT_ONCE
 
     def to_dict(self) -> dict[str, Any]:
         """The payload form: ``from_payload(c.to_dict(), c.source) == c``. ``source`` is left out."""
@@ -155,6 +160,7 @@ class Contract:
             "taint_key": self.taint_key,
             "checkpoint_signal": self.checkpoint_signal,
             "kinds": dict(self.kinds),
+            "start": dict(self.start),
             "pdb_blocked": self.pdb_blocked,
             "exclude_from_lb": self.exclude_from_lb,
             "slurm": {
@@ -174,27 +180,28 @@ class Contract:
         """Validate a payload object; ``ValueError`` names the first bad field."""
         if source not in SOURCES:
             raise ValueError(f"contract source must be one of {SOURCES}, got {source!r}")
-        top = _object(payload, "contract")
-        _no_unknown(top, _TOP_KEYS, "contract")
-        drain = _parse_drain(_required(top, "drain", "contract"))
+        top = check.json_object(payload, "contract")
+        check.no_unknown(top, _TOP_KEYS, "contract")
+        drain = _parse_drain(check.required(top, "drain", "contract"))
         return cls(
-            serial=_int(_required(top, "serial", "contract"), "serial", 0, 2**63 - 1),
-            hall=_name(_required(top, "hall", "contract"), "hall"),
-            node_class=_name(top.get("node_class", BUILTIN.node_class), "node_class"),
-            issued_at=_time(_required(top, "issued_at", "contract"), "issued_at"),
+            serial=check.integer(check.required(top, "serial", "contract"), "serial", 0, 2**63 - 1),
+            hall=check.name_or_star(check.required(top, "hall", "contract"), "hall"),
+            node_class=check.name_or_star(top.get("node_class", BUILTIN.node_class), "node_class"),
+            issued_at=check.rfc3339_time(check.required(top, "issued_at", "contract"), "issued_at"),
             drain=drain,
-            taint_key=_taint_key(top.get("taint_key", BUILTIN.taint_key)),
-            checkpoint_signal=_signal(top.get("checkpoint_signal", BUILTIN.checkpoint_signal),
+            taint_key=check.taint_key(top.get("taint_key", BUILTIN.taint_key)),
+            checkpoint_signal=check.signal_name(top.get("checkpoint_signal", BUILTIN.checkpoint_signal),
                                       "checkpoint_signal"),
             kinds=_parse_kinds(top.get("kinds", {})),
-            pdb_blocked=_choice(top.get("pdb_blocked", BUILTIN.pdb_blocked), "pdb_blocked",
+            start=_parse_start(top.get("start", {})),
+            pdb_blocked=check.choice(top.get("pdb_blocked", BUILTIN.pdb_blocked), "pdb_blocked",
                                 PDB_BLOCKED),
-            exclude_from_lb=_bool(top.get("exclude_from_lb", BUILTIN.exclude_from_lb),
+            exclude_from_lb=check.boolean(top.get("exclude_from_lb", BUILTIN.exclude_from_lb),
                                   "exclude_from_lb"),
             slurm=_parse_slurm(top.get("slurm", {})),
-            sink_url=_url(top.get("sink_url", BUILTIN.sink_url), "sink_url"),
+            sink_url=check.url_or_null(top.get("sink_url", BUILTIN.sink_url), "sink_url"),
             fallback=_parse_fallback(top.get("fallback", {})),
-            first_write_spread_ms=_int(top.get("first_write_spread_ms", BUILTIN.first_write_spread_ms),
+            first_write_spread_ms=check.integer(top.get("first_write_spread_ms", BUILTIN.first_write_spread_ms),
                                        "first_write_spread_ms", 0, MAX_FIRST_WRITE_SPREAD_MS),
             local_pods=_parse_local_pods(top.get("local_pods", {})),
             source=source,
@@ -216,11 +223,11 @@ def fallback_at(deadline: float, lead_s: float) -> float:
 
 
 def _parse_drain(value: Any) -> Drain:
-    obj = _object(value, "drain")
-    _no_unknown(obj, frozenset(Drain.__dataclass_fields__), "drain")
-    budget = _int(_required(obj, "budget_s", "drain"), "drain.budget_s", 1, MAX_BUDGET_S)
+    obj = check.json_object(value, "drain")
+    check.no_unknown(obj, frozenset(Drain.__dataclass_fields__), "drain")
+    budget = check.integer(check.required(obj, "budget_s", "drain"), "drain.budget_s", 1, MAX_BUDGET_S)
     phases = {
-        name: _int(_required(obj, name, "drain"), f"drain.{name}", 0, budget)
+        name: check.integer(check.required(obj, name, "drain"), f"drain.{name}", 0, budget)
         for name in ("checkpoint_s", "evict_s", "margin_s")
     }
     total = sum(phases.values())
@@ -235,128 +242,54 @@ def _parse_drain(value: Any) -> Drain:
 def _parse_kinds(value: Any) -> tuple[tuple[str, str], ...]:
     # Partial maps are merged over the built-in policy, so a bundle that only
     # says {"rebalance": "ignore"} keeps the safe choice for the other kinds.
-    obj = _object(value, "kinds")
-    _no_unknown(obj, frozenset(KINDS), "kinds")
+    obj = check.json_object(value, "kinds")
+    check.no_unknown(obj, frozenset(KINDS), "kinds")
     merged = dict(BUILTIN.kinds)
     for kind, action in obj.items():
-        merged[kind] = _choice(action, f"kinds.{kind}", ACTIONS)
+        merged[kind] = check.choice(action, f"kinds.{kind}", ACTIONS)
+    return tuple((kind, merged[kind]) for kind in KINDS)
+
+
+def _parse_start(value: Any) -> tuple[tuple[str, str], ...]:
+    # Merged over the built-in starts as ``kinds`` is: a bundle that says only
+    # {"reclaim": "deadline_minus_budget"} keeps a maintenance window's deferred start.
+    obj = check.json_object(value, "start")
+    check.no_unknown(obj, frozenset(KINDS), "start")
+    merged = dict(BUILTIN.start)
+    for kind, start in obj.items():
+        merged[kind] = check.choice(start, f"start.{kind}", STARTS)
     return tuple((kind, merged[kind]) for kind in KINDS)
 
 
 def _parse_slurm(value: Any) -> SlurmPolicy:
-    obj = _object(value, "slurm")
-    _no_unknown(obj, frozenset(SlurmPolicy.__dataclass_fields__), "slurm")
+    obj = check.json_object(value, "slurm")
+    check.no_unknown(obj, frozenset(SlurmPolicy.__dataclass_fields__), "slurm")
     base = BUILTIN.slurm
     return SlurmPolicy(
-        signal=_signal(obj.get("signal", base.signal), "slurm.signal"),
-        signal_scope=_choice(obj.get("signal_scope", base.signal_scope), "slurm.signal_scope",
+        signal=check.signal_name(obj.get("signal", base.signal), "slurm.signal"),
+        signal_scope=check.choice(obj.get("signal_scope", base.signal_scope), "slurm.signal_scope",
                              SIGNAL_SCOPES),
-        on_drain=_choice(obj.get("on_drain", base.on_drain), "slurm.on_drain", SLURM_ON_DRAIN),
+        on_drain=check.choice(obj.get("on_drain", base.on_drain), "slurm.on_drain", SLURM_ON_DRAIN),
     )
 
 
 def _parse_fallback(value: Any) -> Fallback:
-    obj = _object(value, "fallback")
-    _no_unknown(obj, frozenset(Fallback.__dataclass_fields__), "fallback")
+    obj = check.json_object(value, "fallback")
+    check.no_unknown(obj, frozenset(Fallback.__dataclass_fields__), "fallback")
     kinds = obj.get("kinds", list(BUILTIN.fallback.kinds))
     if (not isinstance(kinds, list) or not all(isinstance(k, str) and k in KINDS for k in kinds)
             or len(set(kinds)) != len(kinds)):
-        raise _fail("fallback.kinds", f"a list of distinct kinds from {', '.join(KINDS)}", kinds)
-    lead = _int(obj.get("lead_s", BUILTIN.fallback.lead_s), "fallback.lead_s", 0, MAX_BUDGET_S)
+        raise check.fail("fallback.kinds", f"a list of distinct kinds from {', '.join(KINDS)}", kinds)
+    lead = check.integer(obj.get("lead_s", BUILTIN.fallback.lead_s), "fallback.lead_s", 0, MAX_BUDGET_S)
     return Fallback(kinds=tuple(kinds), lead_s=lead)
 
 
 def _parse_local_pods(value: Any) -> LocalPods:
-    obj = _object(value, "local_pods")
-    _no_unknown(obj, frozenset(LocalPods.__dataclass_fields__), "local_pods")
+    obj = check.json_object(value, "local_pods")
+    check.no_unknown(obj, frozenset(LocalPods.__dataclass_fields__), "local_pods")
     return LocalPods(
-        delete_emptydir_data=_bool(obj.get("delete_emptydir_data", False), "local_pods.delete_emptydir_data"),
-        force=_bool(obj.get("force", False), "local_pods.force"))
-
-
-# --- field checks: each raises ValueError naming the field -------------------------------
-
-
-def _fail(name: str, expected: str, got: Any) -> ValueError:
-    shown = repr(got)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return ValueError(f"contract field '{name}': expected {expected}, got {shown}")
-
-
-def _object(value: Any, name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(name, "a JSON object", type(value).__name__)
-    return value
-
-
-def _required(obj: dict[str, Any], key: str, where: str) -> Any:
-    if key not in obj:
-        path = key if where == "contract" else f"{where}.{key}"
-        raise ValueError(f"contract field '{path}': missing")
-    return obj[key]
-
-
-def _no_unknown(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
-    unknown = sorted(str(k) for k in obj if k not in allowed)
-    if unknown:
-        prefix = "contract" if where == "contract" else f"contract field '{where}'"
-        raise ValueError(f"{prefix}: unknown key(s) {unknown[:5]}")
-
-
-def _int(value: Any, name: str, lo: int, hi: int) -> int:
-    # bool is an int subclass in Python; true must not read as 1 second.
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _fail(name, f"an integer from {lo} to {hi}", value)
-    return value
-
-
-def _bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(name, "true or false", value)
-    return value
-
-
-def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise _fail(name, f"one of {', '.join(choices)}", value)
-    return value
-
-
-def _name(value: Any, name: str) -> str:
-    if isinstance(value, str) and (value == "*" or _NAME.match(value)):
-        return value
-    raise _fail(name, "a name of letters, digits, '.', '_', '-' (at most 63) or '*'", value)
-
-
-def _time(value: Any, name: str) -> float:
-    try:
-        return parse_rfc3339(value)
-    except (ValueError, OverflowError):
-        raise _fail(name, "an RFC 3339 time", value) from None
-
-
-def _taint_key(value: Any) -> str:
-    if isinstance(value, str) and len(value) <= 317 and _TAINT_KEY.match(value):
-        return value
-    raise _fail("taint_key", "a Kubernetes qualified name like 'sco.io/notice'", value)
-
-
-def _signal(value: Any, name: str) -> str:
-    # Accept Slurm's spelling ('USR1') as well as the C name; store the C name.
-    if isinstance(value, str):
-        canonical = value if value.startswith("SIG") else "SIG" + value
-        if canonical in SIGNALS:
-            return canonical
-    raise _fail(name, f"one of {', '.join(SIGNALS)}", value)
-
-
-def _url(value: Any, name: str) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and len(value) <= 2048 and _URL.match(value):
-        return value
-    raise _fail(name, "null or an http(s) URL", value)
+        delete_emptydir_data=check.boolean(obj.get("delete_emptydir_data", False), "local_pods.delete_emptydir_data"),
+        force=check.boolean(obj.get("force", False), "local_pods.force"))
 
 
 # The conservative contract used when no signed one is available (first boot
@@ -396,5 +329,14 @@ BUILTIN = Contract(
     # (a reclaim), and only as late as leaves the kubelet its shutdownGracePeriod -- 10 s in
     # deploy/kubernetes/kubelet-graceful-shutdown.yaml (tests/deploy check they agree).
     fallback=Fallback(kinds=("reclaim",), lead_s=10),
+    # A reclaim's deadline is minutes away at most and its deadline is the machine's end: drain at
+    # once. A maintenance window may be announced days or weeks ahead (AWS's scheduled events):
+    # draining when it is announced empties the node for nothing until then
+    # (aws-node-termination-handler #903), so its drain starts budget_s before the window, the node
+    # cordoned meanwhile. A hall that wants degraded hardware emptied at once (#361) says
+    # "maintenance": "at_once"; a CI hall whose jobs should run to the reclaim's last moment
+    # (runs-on #277) says "reclaim": "deadline_minus_budget".
+    start=(("reclaim", AT_ONCE), ("rebalance", AT_ONCE), ("maintenance", DEADLINE_MINUS_BUDGET),
+           ("live_migration", AT_ONCE), ("pause", AT_ONCE)),
     source="builtin",
 )

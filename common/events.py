@@ -36,6 +36,8 @@ EventType = Literal[
     "drain.pod_skipped", "drain.pod_held", "drain.pod_data_lost",
     # issue 28: a pod the agent deleted without its DisruptionTarget condition (the status write failed)
     "drain.disruption_target_failed",
+    # issue 28: a deferred drain's start came (DESIGN §9); a cordon-only notice's verdict
+    "drain.deferred_started", "drain.cordoned_judged",
     "verifier.clock_started",
     "ipc.rejected", "socket.rejected",
     "spool.dropped", "spool.recovered", "spool.io_error", "spool.ship_rejected", "spool.poison",

@@ -12,7 +12,10 @@ DONE, OVERRUN = "done", "overrun"
 # "unverified": the executor says empty but the verifier's own read of the scheduler does not
 # agree or failed (``reason`` says which), so it is never called done.
 DRY_RUN, IGNORED, UNVERIFIED = "dry_run", "ignored", "unverified"
-OUTCOMES = (DONE, OVERRUN, DRY_RUN, IGNORED, UNVERIFIED)
+# "cordoned": a cordon-only policy's notice, the node cordoned by the cutoff (the verifier's read
+# agrees); its work was left in place, so it is not "done" (the node was never emptied).
+CORDONED = "cordoned"
+OUTCOMES = (DONE, OVERRUN, DRY_RUN, IGNORED, UNVERIFIED, CORDONED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 import ujson
 
-from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
+from common.contract import AT_ONCE, BUILTIN, MAX_BUDGET_S, STARTS, Contract, Drain
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
 from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
@@ -119,6 +119,7 @@ class Step:
     NODE_EMPTY = "node_empty"
     CONFIG_ERROR = "config_error"    # the scheduler refused the agent's credentials (401/403/TLS)
     UNCORDONED = "uncordoned"        # a withdrawn notice's node steps undone
+    DEFERRED_STARTED = "deferred_started"   # a deferred drain's start (deadline - budget_s) came: it drains
 
 
 class DrainState:
@@ -131,6 +132,9 @@ class DrainState:
     WITHDRAWN = "withdrawn"
     DRY_RUN = "dry_run"              # a dry run spooled its plan and stopped: nothing was done
     IGNORED = "ignored"              # the contract's policy for the kind was ignore: nothing was done
+    # Not an end: a deferred drain (the contract's start 'deadline_minus_budget') whose node is
+    # cordoned and whose start has not come; it runs again from then (DrainRecord.begins_at).
+    WAITING = "waiting"
     ENDS = (DONE, CORDONED_ONLY, ENDED, DRY_RUN, IGNORED)
 
 
@@ -181,6 +185,7 @@ class DrainRecord:
     fallback_allowed: bool = False               # the contract lets this kind go around the scheduler
     fallback_lead_s: float = float(BUILTIN.fallback.lead_s)
     problem: str = ""                            # a configuration error the scheduler reported
+    drain_start: str = AT_ONCE                   # at_once | deadline_minus_budget (the contract's ``start``, for the kind)
 
     @classmethod
     def start(cls, n: Notice, contract: Contract) -> DrainRecord:
@@ -190,10 +195,26 @@ class DrainRecord:
                    contract_serial=contract.serial, pdb_blocked=contract.pdb_blocked,
                    exclude_from_lb=contract.exclude_from_lb,
                    fallback_allowed=n.kind in contract.fallback.kinds,
-                   fallback_lead_s=float(contract.fallback.lead_s))
+                   fallback_lead_s=float(contract.fallback.lead_s), drain_start=contract.start_for(n.kind))
+
+    @property
+    def deferred(self) -> bool:
+        """A drain that starts at ``deadline - budget_s``, not at once (the contract's ``start``)."""
+        return self.drain_start != AT_ONCE
+
+    def begins_at(self, deadline: float) -> float:
+        """When the drain's phases begin: at receipt, or for a deferred drain at ``deadline -
+        budget_s`` (at receipt if that has passed), so its workloads run until then."""
+        if not self.deferred:
+            return self.received_at
+        return max(self.received_at, deadline - self.budget.budget_s)
+
+    def begun(self) -> bool:
+        """May the drain move work (evict, requeue)? At once; a deferred one once its start came."""
+        return not self.deferred or Step.DEFERRED_STARTED in self.steps
 
     def ends(self, deadline: float) -> PhaseEnds:
-        return phase_ends(self.received_at, deadline, self.budget)
+        return phase_ends(self.begins_at(deadline), deadline, self.budget)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.memo)
@@ -202,7 +223,8 @@ class DrainRecord:
                  taint_key=self.taint_key, budget=self.budget.to_dict(), pdb_blocked=self.pdb_blocked,
                  exclude_from_lb=self.exclude_from_lb, phase=self.phase,
                  acks={k: {"status": a.status, "at": a.at} for k, a in self.acks.items()},
-                 fallback_allowed=self.fallback_allowed, fallback_lead_s=self.fallback_lead_s, problem=self.problem)
+                 fallback_allowed=self.fallback_allowed, fallback_lead_s=self.fallback_lead_s, problem=self.problem,
+                 drain_start=self.drain_start)
         if self.contract_serial is not None:
             d["contract_serial"] = self.contract_serial
         return d
@@ -234,7 +256,8 @@ class DrainRecord:
             contract_serial=d.get("contract_serial"), pdb_blocked=d.get("pdb_blocked", defaults.pdb_blocked),
             exclude_from_lb=d.get("exclude_from_lb", defaults.exclude_from_lb), memo=memo,
             fallback_allowed=d.get("fallback_allowed", d["kind"] in defaults.fallback.kinds),
-            fallback_lead_s=float(d.get("fallback_lead_s", defaults.fallback.lead_s)), problem=d.get("problem", ""))
+            fallback_lead_s=float(d.get("fallback_lead_s", defaults.fallback.lead_s)), problem=d.get("problem", ""),
+            drain_start=d.get("drain_start", AT_ONCE))   # a record written before starts existed began at once
 
 
 _REQUIRED = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
@@ -242,8 +265,19 @@ _TEXT = ("kind", "state", "policy", "taint_key")
 _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "phase": (str,), "remaining": (list, type(None)), "acks": (dict,), "pdb_blocked": (str,),
     "exclude_from_lb": (bool,), "contract_serial": (int,), "fallback_allowed": (bool,),
-    "fallback_lead_s": (int, float), "problem": (str,)}
+    "fallback_lead_s": (int, float), "problem": (str,), "drain_start": (str,)}
 _OWN = frozenset(_REQUIRED) | frozenset(_OPTIONAL_TYPES)
+
+
+def _out_of_range(rec: dict[str, Any]) -> list[str]:
+    """The fields of the right type whose value is not one they may hold."""
+    bad = []
+    lead = rec.get("fallback_lead_s", 0)
+    if not isinstance(lead, bool) and isinstance(lead, (int, float)) and not 0 <= lead <= MAX_BUDGET_S:
+        bad.append("fallback_lead_s")
+    if rec.get("drain_start", AT_ONCE) not in STARTS:
+        bad.append("drain_start")
+    return bad
 
 
 def _problem(rec: object) -> str:
@@ -258,9 +292,7 @@ def _problem(rec: object) -> str:
     for key in ("contract_serial", "fallback_lead_s"):
         if isinstance(rec.get(key), bool):
             bad.append(key)
-    lead = rec.get("fallback_lead_s", 0)
-    if not isinstance(lead, bool) and isinstance(lead, (int, float)) and not 0 <= lead <= MAX_BUDGET_S:
-        bad.append("fallback_lead_s")
+    bad += _out_of_range(rec)
     if bad:
         return f"wrong type: {bad}"
     if not _epoch(rec["received_at"]):

@@ -8,15 +8,19 @@ earliest deadline) and the notices it serves. Each turn of the executor's loop
 1. **start the record** of every notice the first time it is seen -- on the contract
    heard from the watcher, whose budget and choices the drain keeps to its end -- and
    save it before ``drain.started`` is announced, so a restart never starts it twice;
+   **start a deferred drain** whose time has come (``_begin_due``, below);
 2. **tell the clients** on the agent socket: once the node is cordoned, or
    ``TELL_CLIENTS_AFTER_S`` after receipt whatever the scheduler does;
-3. **bring the served records up to the drain**: what the governing drain did (its
-   steps, what is left, its phase, its memory) is what every notice it serves sees,
-   so each still gets its own verdict, naming what held it up;
+3. **bring the served records up to the drain** (``executor.served``): what the governing
+   drain did (its steps, what is left, its phase, its memory) is what every notice it
+   serves sees, so each still gets its own verdict, naming what held it up;
 4. **advance the scheduler** with the governing notice's ``Order``: what to do (the
    policy for its kind), by when (``common.wire.phase_ends``), how far the verifier
    has escalated, which pods still checkpoint. When a more urgent notice arrives,
    the next order names it, and the scheduler hands the drain over.
+
+**When the drain starts** (a deferred drain waits, cordoned, for ``deadline - budget_s``; a
+cordon-only kind never moves work): ``executor.drain_start``.
 
 A withdrawn notice: its clients are told, and the scheduler gets a ``Withdrawal``
 that undoes what the drain did to the node only if no other active notice still
@@ -34,7 +38,6 @@ neither holds the clients' notice nor the saves for as long as the step.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +47,7 @@ from common.events import EventType
 from common.notice import Notice
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
+from executor.drain_start import cordon_only, cordoned_state, deferred_started, due, want_of
 from executor.extension import extend_limit
 from executor.governing import Candidate, Service, Want, serve
 from executor.scheduler import (
@@ -61,6 +65,7 @@ from executor.scheduler import (
     StepDone,
     Withdrawal,
 )
+from executor.served import SHARED_ENDS, catch_up
 
 if TYPE_CHECKING:
     from common.log import Logger
@@ -83,24 +88,6 @@ class Shell(Protocol):
 
     def publish(self) -> None:
         """Send every record on executor.pub."""
-
-
-# What the governing drain did that every notice it serves has seen done; the steps announced again
-# for each of them (a served notice's own record then reads like a drain of its own).
-_SHARED_STEPS = (Step.LB_EXCLUDED, Step.CORDONED, Step.SIGNALLED, Step.EVICTED, Step.DELETED, Step.REQUEUED,
-                 Step.FALLBACK, Step.RECONCILED, Step.NODE_EMPTY)
-_SHARED_EVENTS: dict[str, EventType] = {Step.CORDONED: "drain.cordoned", Step.NODE_EMPTY: "drain.node_empty",
-                  Step.FALLBACK: "drain.fallback"}
-# The governing drain's end, shared by every notice it serves (ENDED is its own deadline's, not theirs).
-_SHARED_ENDS = (DrainState.DONE, DrainState.CORDONED_ONLY, DrainState.DRY_RUN)
-
-
-def want_of(rec: DrainRecord) -> Want:
-    """What the notice of ``rec`` wants of the node now (executor.governing). A finished drain still
-    wants its cordon: the node stays closed until the notice is withdrawn or the machine goes."""
-    if rec.policy == "ignore" or rec.state in (DrainState.WITHDRAWN, DrainState.DRY_RUN, DrainState.IGNORED):
-        return Want.NOTHING
-    return Want.DRAIN if rec.policy == "drain" else Want.CORDON
 
 
 class Drains:
@@ -139,6 +126,7 @@ class Drains:
         for n in list(self.active.values()):
             rec = self.records.get(n.id) or self._start(n, now)
             if rec is not None:
+                self._begin_due(n, rec, now)
                 self._tell_clients(n, rec, now)
         self._take_over(now)
         self._bring_up(now)
@@ -218,25 +206,10 @@ class Drains:
             self.shell.publish()
 
     def _catch_up(self, nid: str, rec: DrainRecord, gov_id: str, gov: DrainRecord, now: float) -> bool:
-        """One served record up to the governing one; True if it changed."""
-        changed = False
-        for step in _SHARED_STEPS:
-            if step in gov.steps and step not in rec.steps:
-                rec.steps[step] = max(gov.steps[step], rec.received_at)
-                changed = True
-                if step in _SHARED_EVENTS:
-                    self._announce(nid, _SHARED_EVENTS[step], {"drain_of": gov_id, "kind": gov.kind}, now)
-        if gov.remaining is not None and rec.remaining != gov.remaining:
-            rec.remaining, changed = list(gov.remaining), True
-        if gov.phase and rec.phase != gov.phase:
-            rec.phase, changed = gov.phase, True
-        if gov.memo and rec.memo != gov.memo:
-            rec.memo, changed = copy.deepcopy(gov.memo), True
-        if gov.problem and rec.problem != gov.problem:
-            rec.problem, changed = gov.problem, True
-            rec.steps.setdefault(Step.CONFIG_ERROR, now)
-        if rec.policy != "drain" and Step.CORDONED in rec.steps:
-            rec.state, changed = DrainState.CORDONED_ONLY, True   # all a cordon-only notice wants
+        """One served record up to the governing one (executor.served); True if it changed."""
+        changed, said = catch_up(rec, gov_id, gov, now)
+        for event, data in said:
+            self._announce(nid, event, data, now)
         return changed
 
     # -- 1. start the record -------------------------------------------------------------
@@ -250,17 +223,32 @@ class Drains:
         # Saved before it is announced: an executor killed in between must not start (and
         # announce) the same drain again.
         self.save_now(now)
-        self.shell.emit("drain.started", n.id, {"kind": n.kind, "policy": rec.policy}, now)
+        data: dict[str, Any] = {"kind": n.kind, "policy": rec.policy}
+        if rec.policy == "drain":
+            data.update(start=rec.drain_start, starts_at=format_rfc3339(rec.begins_at(n.deadline)))
+        self.shell.emit("drain.started", n.id, data, now)
         if rec.state == DrainState.IGNORED:
             self._announce(n.id, "drain.ignored", {"kind": n.kind, "detail": n.detail,
                                                    "contract_serial": rec.contract_serial}, now)
         return rec
 
+    def _begin_due(self, n: Notice, rec: DrainRecord, now: float) -> None:
+        """A deferred drain whose start has come wants the node drained from now on (drain_start.due):
+        the step saved, then announced. A withdrawn notice never starts."""
+        if n.id in self.withdrawn or not due(rec, n.deadline, now):
+            return
+        data = deferred_started(n, rec, now)
+        rec.steps[Step.DEFERRED_STARTED] = now
+        rec.state = DrainState.RUNNING
+        self.save_now(now)
+        self._announce(n.id, "drain.deferred_started", data, now)
+        self.shell.publish()
+
     # -- 2. tell the clients -------------------------------------------------------------
     def _tell_clients(self, n: Notice, rec: DrainRecord, now: float) -> None:
         """Announce the notice on the agent socket (idempotent: an unchanged notice is not re-sent)."""
-        if self.clients is None or rec.state == DrainState.WITHDRAWN or rec.policy != "drain":
-            return
+        if self.clients is None or rec.state == DrainState.WITHDRAWN or want_of(rec) != Want.DRAIN:
+            return   # a deferred drain's clients hear of it when it starts: their work runs until then
         # Cordon first, so nothing new lands while workloads checkpoint; but never let a slow or
         # unreachable scheduler keep the workloads from hearing the notice for long.
         # (Timed from this process's first sight of the notice, on the monotonic clock.)
@@ -294,7 +282,7 @@ class Drains:
     def _order(self, n: Notice, rec: DrainRecord) -> Order:
         held, hold_all = self.clients.holds(n.id) if self.clients is not None else (frozenset(), False)
         return Order(notice_id=n.id, kind=n.kind, deadline=n.deadline, received_at=rec.received_at,
-                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=rec.policy != "drain",
+                     budget=rec.budget, ends=rec.ends(n.deadline), cordon_only=cordon_only(rec, self.dry_run),
                      taint_key=rec.taint_key, pdb_blocked=rec.pdb_blocked, exclude_from_lb=rec.exclude_from_lb,
                      steps_done=frozenset(rec.steps), memo=rec.memo, level=self.levels.get(n.id),
                      held=held, hold_all=hold_all, contract=self.contract,
@@ -353,12 +341,22 @@ class Drains:
     def _on_state(self, r: NewState, rec: DrainRecord, now: float) -> bool:
         if rec.state == DrainState.WITHDRAWN or (r.state != DrainState.WITHDRAWN and r.notice_id in self.withdrawn):
             return False   # a late report from a drain that was stopped
+        if r.state == DrainState.CORDONED_ONLY and rec.policy == "drain":
+            # The cordon a deferred drain asked for before its start: it waits for it -- or, its start
+            # come while the cordon was made, runs on (the next order moves work).
+            if rec.begun():
+                return False
+            rec.state = DrainState.WAITING
+            if r.notice_id == self.service.governing:
+                self._bring_up(now)   # what it served wanted the cordon only too: they have it
+            self.save_now(now)
+            return True
         rec.state = r.state
-        if r.notice_id == self.service.governing and r.state in _SHARED_ENDS:
+        if r.notice_id == self.service.governing and r.state in SHARED_ENDS:
             # The node's one drain ended: so did every notice it served (by its own policy).
             self._bring_up(now)
             for _, other in self._served():
-                other.state = (DrainState.CORDONED_ONLY if r.state == DrainState.DONE and other.policy != "drain"
+                other.state = (cordoned_state(other) if r.state == DrainState.DONE and want_of(other) != Want.DRAIN
                                else r.state)
         self.save_now(now)
         return True

@@ -17,9 +17,16 @@ decides, as a pure function over plain data, what that drain is:
   load-balancer label, and the node condition to come). A withdrawn notice undoes
   nothing while this is not empty; ``marker`` is the one the marks should name then.
 
-What a notice wants is a value (``Want``) its caller derives from the record and
-the time, so a later rule -- a drain that starts at ``deadline - budget_s`` with the
-node cordoned at once (issue 28) -- is a change to that derivation, not to this.
+What a notice wants is a value (``Want``) its caller derives from the record
+(``executor.drain_start.want_of``), so the rules of when a drain starts are a change to that
+derivation, not to this: a notice whose contract defers its drain to ``deadline -
+budget_s`` (DESIGN section 9, "When the drain starts") wants ``CORDON`` until then and
+``DRAIN`` from then; a cordon-only notice always ``CORDON``. A notice that wants only the
+cordon governs only while no notice wants the node drained, and once its cordon is done it
+is no longer running: it stays in ``marking`` (the node kept closed for it) and out of
+``served`` (its record does not follow another notice's evictions). A reclaim that
+arrives meanwhile therefore governs and drains at once; withdrawn, it leaves the node
+cordoned for the other, its evictions stopped.
 """
 from __future__ import annotations
 

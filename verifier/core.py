@@ -15,7 +15,7 @@ from typing import Any, Literal
 from common.events import EventType, is_event_type
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
-from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, VerdictRecord, decode_verdicts
+from common.verdict import CORDONED, DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, VerdictRecord, decode_verdicts
 from common.wire import (
     BUILTIN_BUDGET,
     LEVELS,
@@ -35,10 +35,11 @@ VERDICT_MEMORY_S = 7 * 86400.0
 MAX_LEFT = 100            # what was left, listed in a verdict event (the count is always exact)
 PUBLISHED_RECENT = 8      # verdicts of gone notices still re-announced on verifier.pub
 # Verdicts after which nothing escalates: the drain is over and nothing is owed.
-SETTLED = (DONE, DRY_RUN, IGNORED)
+SETTLED = (DONE, DRY_RUN, IGNORED, CORDONED)
 # The event each verdict is announced as (drain.dry_run and drain.ignored are the executor's own).
 VERDICT_EVENTS: dict[str, EventType] = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
-                  DRY_RUN: "drain.dry_run_judged", IGNORED: "drain.ignored_judged"}
+                  DRY_RUN: "drain.dry_run_judged", IGNORED: "drain.ignored_judged",
+                  CORDONED: "drain.cordoned_judged"}
 
 
 @dataclass(frozen=True, slots=True)

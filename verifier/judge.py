@@ -26,7 +26,7 @@ from typing import Any
 
 from common import pod_policy
 from common.notice import Notice
-from common.verdict import DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
+from common.verdict import CORDONED, DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
 from common.wire import (
     CHECKPOINT_OVER,
     EVICT_OVER,
@@ -91,7 +91,8 @@ class Clock:
 
     def moved_by(self, rec: DrainRecord) -> bool:
         """Does the drain record say the drain runs on another budget (or receipt) than this clock?"""
-        return self.budget != rec.budget or self.received_at != rec.received_at
+        return (self.budget != rec.budget or self.received_at != rec.received_at
+                or self.checkpoint_at != rec.ends(self.deadline).checkpoint_by)   # a deferred drain's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +107,18 @@ class Observation:
     skipped: tuple[str, ...] = ()   # of ``left``: pods whose own policy is skip (common.pod_policy)
 
 
-def start_clock(notice: Notice, budget: Budget, received_at: float | None = None) -> Clock:
+def start_clock(notice: Notice, budget: Budget, received_at: float | None = None,
+                begins_at: float | None = None) -> Clock:
     """The phases run in the budget's order from receipt: checkpoint, then evict, then the margin.
 
-    ``received_at``: the drain record's (the executor's); else the notice's arrival. A notice
+    ``received_at``: the drain record's (the executor's); else the notice's arrival. ``begins_at``:
+    when the phases begin, if not at receipt (a deferred drain's start, ``DrainRecord.begins_at``).
+    A notice
     that arrived after its own cutoff (late delivery, skewed clock) is still drained; it is
     judged by what happens, never dropped.
     """
     received = received_at if received_at is not None else (notice.received_at or notice.issued_at)
-    ends = phase_ends(received, notice.deadline, budget)
+    ends = phase_ends(received if begins_at is None else begins_at, notice.deadline, budget)
     return Clock(notice.id, notice.issued_at, received, notice.deadline, budget.margin_s,
                  ends.checkpoint_by, ends.evict_at, ends.cutoff, budget)
 
@@ -122,7 +126,7 @@ def start_clock(notice: Notice, budget: Budget, received_at: float | None = None
 def clock_for(notice: Notice, rec: DrainRecord | None, budget: Budget) -> Clock:
     """The clock of ``notice``: its drain record's budget when there is one, else ``budget``."""
     if rec is not None:
-        return start_clock(notice, rec.budget, rec.received_at)
+        return start_clock(notice, rec.budget, rec.received_at, rec.begins_at(notice.deadline))
     return start_clock(notice, budget)
 
 
@@ -137,6 +141,8 @@ def escalation(clock: Clock, now: float) -> Escalation | None:
 def finished_at(rec: DrainRecord, progress_at: float) -> float | None:
     """When the node was seen empty (or, for a cordon-only policy, cordoned); None if not yet."""
     steps = rec.steps
+    if rec.state == DrainState.WAITING:
+        return None   # a deferred drain, cordoned, its start not come: nothing is finished
     if rec.state == DrainState.CORDONED_ONLY and Step.CORDONED in steps:
         return float(steps[Step.CORDONED])
     if Step.NODE_EMPTY in steps:
@@ -229,6 +235,11 @@ def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
         if agreed:
             left = seen.left if seen is not None and seen.left else ()
             return Verdict(UNVERIFIED, clock.notice_id, now, left=left, finished_at=done_at, reason=agreed)
+        if rec.state == DrainState.CORDONED_ONLY:
+            # Not "done": nothing was moved, and saying the node is empty would be a lie.
+            return Verdict(CORDONED, clock.notice_id, now, finished_at=done_at, reason=(
+                f"cordon only: the contract's policy for a {rec.kind} notice keeps new work off the node "
+                "and moves none; what runs on it stays"))
         return Verdict(DONE, clock.notice_id, now, finished_at=done_at)
     if now < clock.cutoff:
         return None

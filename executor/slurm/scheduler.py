@@ -46,7 +46,9 @@ class SlurmScheduler:
         self._lock = threading.Lock()
         self._orders: dict[str, Order] = {}
         self._withdrawals: dict[str, Withdrawal] = {}
-        self._done: set[str] = set()       # ids whose drain or withdrawal has finished
+        # ids whose drain or withdrawal has finished; a cordon-only order's end is kept apart
+        # (``_done_key``): a deferred drain's cordon ends, and the same notice's drain starts later.
+        self._done: set[str] = set()
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._worker: Supervised | None = None
@@ -58,7 +60,7 @@ class SlurmScheduler:
         with self._lock:
             for nid in [k for k in self._orders if k != order.notice_id]:
                 del self._orders[nid]
-        self._hand_over(self._orders, order.notice_id, order)
+        self._hand_over(self._orders, order.notice_id, order, _done_key(order))
 
     def withdraw(self, w: Withdrawal, now: float) -> None:
         with self._lock:
@@ -80,9 +82,9 @@ class SlurmScheduler:
             self._worker.join(1.0)
         self._queue.close()
 
-    def _hand_over(self, table: dict[str, Any], key: str, item: Order | Withdrawal) -> None:
+    def _hand_over(self, table: dict[str, Any], key: str, item: Order | Withdrawal, done_key: str = "") -> None:
         with self._lock:
-            if key in self._done:
+            if (done_key or key) in self._done:
                 return
             new = key not in table
             table[key] = item
@@ -127,7 +129,7 @@ class SlurmScheduler:
                     t.order = order
                     self.recipe.step(t, moment())
                     if t.finished:
-                        self._finished(self._orders, nid)
+                        self._finished(self._orders, nid, _done_key(t.order))
                 for key, w in withdrawals.items():
                     tracked.pop(w.notice_id, None)
                     if self.recipe.undo(w, moment()):
@@ -142,10 +144,15 @@ class SlurmScheduler:
                 self.recipe.probe.close()
                 self.recipe.probe = None   # a restarted worker starts its own
 
-    def _finished(self, table: dict[str, Any], key: str) -> None:
+    def _finished(self, table: dict[str, Any], key: str, done_key: str = "") -> None:
         with self._lock:
             table.pop(key, None)
-            self._done.add(key)
+            self._done.add(done_key or key)
+
+
+def _done_key(order: Order) -> str:
+    """What a finished order is remembered as: a cordon-only one apart from the drain of its notice."""
+    return f"cordon:{order.notice_id}" if order.cordon_only else order.notice_id
 
 
 def build(config: Config, log: Logger) -> SlurmScheduler:

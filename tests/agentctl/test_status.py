@@ -101,3 +101,29 @@ def test_status_shows_when_the_fallback_would_fire_has_fired_or_never_will():
     assert a["fallback"] == {"state": "ran", "at": format_rfc3339(NOW - 1.0)} and "fallback ran at" in text
     a, text = active(problem="403 Forbidden: nodes is forbidden")
     assert a["problem"] == "403 Forbidden: nodes is forbidden" and "configuration error: 403" in text
+
+
+def test_status_shows_when_the_drain_starts_or_that_it_is_cordon_only():
+    """Issue 28: per active notice, when its drain will start (deadline - budget), that it has, or that
+    it never moves work (cordon only)."""
+    maint = {**NOTICE, "id": "m1", "kind": "maintenance", "deadline": format_rfc3339(NOW + 86400)}
+
+    def active(**fields):
+        drains = {"m1": record_dict(received_at=NOW - 9.5, kind="maintenance",
+                                    **{"steps": {"cordoned": NOW - 9.0}, **fields})}
+        s = summarize(node="node-a", hall="fra1", processes=[], now=NOW,
+                      files=AgentFiles(notices={"active": [maint]}, drains=drains))
+        return s["active"][0], render_text(s)
+
+    starts = NOW + 86400 - 25
+    a, text = active(drain_start="deadline_minus_budget", state="waiting")
+    assert a["start"] == {"state": "deferred", "at": format_rfc3339(starts), "in_s": 86375.0,
+                          "rule": "deadline_minus_budget"}
+    assert (f"drain: waiting; drain starts at {format_rfc3339(starts)} (in 86375.0 s, deadline - budget), "
+            "the node cordoned meanwhile") in text
+    a, text = active(drain_start="deadline_minus_budget", steps={"cordoned": NOW - 9.0, "deferred_started": NOW - 1})
+    assert a["start"]["state"] == "started" and f"drain started at {format_rfc3339(NOW - 1)}" in text
+    a, text = active()
+    assert a["start"]["state"] == "started" and f"drain started at {format_rfc3339(NOW - 9.5)}" in text
+    a, text = active(policy="cordon", state="cordoned_only")
+    assert a["start"] == {"state": "cordon_only"} and "cordon only: the contract moves no work" in text

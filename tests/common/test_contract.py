@@ -151,3 +151,40 @@ def test_fallback_moment_leaves_the_lead_time_and_a_margin() -> None:
     from common.contract import FALLBACK_MARGIN_S, fallback_at
 
     assert fallback_at(100.0, 10) == 100.0 - 10 - FALLBACK_MARGIN_S
+
+
+# -- when the drain starts, per kind (issue 28 point 2, DESIGN section 9) ----------------------
+
+def test_builtin_start_reclaim_at_once_maintenance_at_deadline_minus_budget() -> None:
+    """A reclaim drains at once; a maintenance window waits for deadline - budget_s; a contract that
+    says nothing of starts (one signed before they existed) takes these."""
+    for c in (BUILTIN, Contract.from_payload(MINIMAL)):
+        assert c.start_for("reclaim") == "at_once"
+        assert c.start_for("maintenance") == "deadline_minus_budget"
+        assert c.start_for("rebalance") == "at_once"
+    assert BUILTIN.start_for("something-new") == "at_once"
+
+
+def test_partial_start_merges_over_builtin_and_round_trips() -> None:
+    """A bundle that defers the reclaim (a CI hall) keeps the maintenance's deferred start."""
+    c = Contract.from_payload(dict(MINIMAL, start={"reclaim": "deadline_minus_budget"}))
+    assert c.start_for("reclaim") == "deadline_minus_budget" and c.start_for("maintenance") == "deadline_minus_budget"
+    assert [k for k, _ in c.start] == list(KINDS)
+    assert Contract.from_payload(c.to_dict()) == c
+    assert c.to_dict()["start"]["reclaim"] == "deadline_minus_budget"
+    assert Contract.from_payload(dict(MINIMAL, start={"maintenance": "at_once"})).start_for("maintenance") == "at_once"
+
+
+@pytest.mark.parametrize(("start", "message"), [
+    ("at_once", "contract field 'start': expected a JSON object"),
+    ({"reclaim": "later"}, "contract field 'start.reclaim': expected one of at_once, deadline_minus_budget"),
+    ({"reclaim": None}, "contract field 'start.reclaim': expected one of"),
+    ({"reclaim": "cordon"}, "contract field 'start.reclaim': expected one of"),
+    ({"cancel": "at_once"}, "contract field 'start': unknown key(s) ['cancel']"),
+    ({"reclam": "at_once"}, "contract field 'start': unknown key(s) ['reclam']"),
+])
+def test_bad_start_is_refused_naming_the_field(start: object, message: str) -> None:
+    """A misspelt kind or start is refused, never read as a default."""
+    with pytest.raises(ValueError) as e:
+        Contract.from_payload(dict(MINIMAL, start=start))
+    assert message in str(e.value)

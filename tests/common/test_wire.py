@@ -119,7 +119,7 @@ def test_an_old_progress_file_loads_and_saves_in_the_same_shape(tmp_path):
                                                                     {"uid-1": "ns/a"})
     # Saved again, it keeps every field it had, and gains the fallback's, frozen from the contract
     # it is loaded with (a reclaim may fall back on the built-in contract).
-    added = {"fallback_allowed": True, "fallback_lead_s": 10.0, "problem": ""}
+    added = {"fallback_allowed": True, "fallback_lead_s": 10.0, "problem": "", "drain_start": "at_once"}
     assert encode_records(records) == {"k": {**OLD_KUBE, **added}, "s": {**OLD_SLURM, **added}}
     progress_file.save(path, records, Logger("t", stream=log))
     assert progress_file.load(path, BUILTIN, Logger("t", stream=log), slurm_memo)["s"].memo["slurm"]["signalled"] == {

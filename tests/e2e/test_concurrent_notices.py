@@ -88,7 +88,8 @@ def _both_told_acked_and_done(s: Stack, client: DesignClient, first: str, second
 @contextmanager
 def agent_and_client(tmp_path) -> Iterator[tuple[Stack, DesignClient]]:
     """The whole agent, and one registered design client on its socket."""
-    with Stack(str(tmp_path), contract=CONTRACT) as s:
+    # A maintenance drains at once here (the built-in start defers it: test_deferred_start_e2e.py).
+    with Stack(str(tmp_path), contract=CONTRACT, contract_extra={"start": {"maintenance": "at_once"}}) as s:
         path = s.agent.settings["agent_socket"]["path"]
         wait_for(lambda: _connectable(path), 10, "agent socket")
         client = DesignClient(path, "design-client")

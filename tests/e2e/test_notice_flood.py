@@ -53,7 +53,7 @@ def test_a_flood_of_cancelled_notices_then_a_reclaim_is_drained_on_time(tmp_path
             assert counters.get("withdrawn.relay") == PAIRS and counters.get("new.relay") == PAIRS
             assert not [k for k in counters if "slow_consumer" in k or k.startswith("ignored.reason.too")]
 
-            # The pods come after the flood: the built-in contract drains a maintenance notice at once.
+            # The pods come after the flood: no maintenance drain of it can have moved them.
             s.kube.add_pod("app-1", NODE, owner=("ReplicaSet", "app"))
             s.kube.add_pod("app-2", NODE, owner=("ReplicaSet", "app"))
             reclaim = s.publish_notice(kind="reclaim", deadline_in=40)

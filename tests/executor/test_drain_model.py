@@ -1,7 +1,8 @@
 """Issue 26, point 10: the executor's drain core (executor.drain) against a small reference model,
 driven by Hypothesis' stateful testing.
 
-Random sequences of notices of every kind and deadline, cancels, the same reclaim again from a
+Random sequences of notices of every kind and deadline (a maintenance's drain deferred to
+``deadline - budget_s``, issue 28), cancels, the same reclaim again from a
 second channel (another id, the same deadline give or take), executor restarts (the core rebuilt
 from the records it last saved, the scheduler's threads and unread reports lost) and API-server
 outages. ``ModelScheduler`` stands in for the Kubernetes scheduler as its documented contract says
@@ -12,11 +13,11 @@ a turn while the server answers; a withdrawal undoes the node only if ``others_a
 After every step:
 - the node is never opened while an active notice wants it, and once the server answers and the
   loop has turned, it is cordoned iff one does;
-- no pod is evicted by the drain of a withdrawn notice;
+- no pod is evicted by the drain of a withdrawn notice, nor by a deferred one before its start;
 - a record goes from running to one end state (or withdrawn), never from an end to another, and
   ``drain.node_empty`` is said at most once per notice: one verdict each;
 - the order handed over is the governing notice's: the earliest deadline among the running drains
-  that want the node drained (else cordoned).
+  that want the node drained (else cordoned) -- a deferred one wants it drained from its start.
 """
 from __future__ import annotations
 
@@ -37,10 +38,18 @@ from executor.scheduler import NewState, Order, Remaining, Report, StepDone, Wit
 T0 = 1_800_000_000.0
 LINGER_S = 30.0
 KINDS = ("reclaim", "rebalance", "maintenance", "live_migration")
-# rebalance cordons only, live_migration is ignored: every policy is exercised.
+# rebalance cordons only, live_migration is ignored, a maintenance's drain starts at deadline - budget_s
+# (the built-in start): every policy and both starts are exercised.
 CONTRACT = Contract.from_payload({**BUILTIN.to_dict(), "kinds": {
-    "reclaim": "drain", "rebalance": "cordon", "maintenance": "drain", "live_migration": "ignore"}})
+    "reclaim": "drain", "rebalance": "cordon", "maintenance": "drain", "live_migration": "ignore"},
+    "start": {"reclaim": "at_once", "maintenance": "deadline_minus_budget"}})
 POLICY = {"reclaim": "drain", "rebalance": "cordon", "maintenance": "drain", "live_migration": "ignore"}
+DEFERRED = {"maintenance"}
+
+
+def starts_at(n: Notice) -> float:
+    """When the reference model says the notice's drain may move work."""
+    return n.deadline - CONTRACT.drain.budget_s if n.kind in DEFERRED else float("-inf")
 
 
 class Node:
@@ -179,6 +188,8 @@ class NodeModel(RuleBasedStateMachine):
     def evicted(self, pod: str, by: str) -> None:
         if by in self.withdrawn:
             self.failures.append(f"{pod} evicted by the drain of withdrawn {by}")
+        if self.now < starts_at(self.notices[by]):
+            self.failures.append(f"{pod} evicted by {by}'s deferred drain before its start")
 
     def expected_governing(self) -> str | None:
         running = [(n, self.drains.records[nid]) for nid, n in self.active.items()
@@ -186,7 +197,7 @@ class NodeModel(RuleBasedStateMachine):
                    and POLICY[n.kind] != "ignore"]
         if not running:
             return None
-        drain = [n for n, r in running if r.policy == "drain"]
+        drain = [n for n, r in running if r.policy == "drain" and self.now >= starts_at(n)]
         pool = drain or [n for n, _ in running]
         return min(pool, key=lambda n: (n.deadline, n.id)).id
 
@@ -303,7 +314,7 @@ class NodeModel(RuleBasedStateMachine):
             assert rec is None or rec.state == DrainState.WITHDRAWN, (nid, rec.state if rec else None)
         for nid in self.active:
             rec = self.drains.records[nid]
-            assert rec.state != DrainState.RUNNING, (nid, self.history.get(nid))
+            assert rec.state not in (DrainState.RUNNING, DrainState.WAITING), (nid, self.history.get(nid))
         assert not self.failures, self.failures
 
 

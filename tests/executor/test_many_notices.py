@@ -22,7 +22,12 @@ class WithdrawingScheduler(FakeScheduler):
         self.withdrawals.append(w)
 
 
-def two_notices(contract: Contract = BUILTIN):
+# The maintenance drains at once here (the built-in contract defers it to deadline - budget_s:
+# tests/executor/test_deferred_start.py): these tests are about a drain in progress.
+AT_ONCE = Contract.from_payload({**BUILTIN.to_dict(), "start": {"maintenance": "at_once"}})
+
+
+def two_notices(contract: Contract = AT_ONCE):
     """A maintenance (600 s) draining, then a reclaim (40 s) two seconds later."""
     d, _, shell = drains(contract)
     sched = d.scheduler = WithdrawingScheduler()
@@ -114,7 +119,7 @@ def test_a_finished_drain_still_keeps_the_node_marked():
 
 
 def test_a_cordon_only_notice_is_served_by_the_drain_and_ends_cordoned():
-    contract = Contract.from_payload({**BUILTIN.to_dict(), "kinds": {"maintenance": "cordon"}})
+    contract = Contract.from_payload({**AT_ONCE.to_dict(), "kinds": {"maintenance": "cordon"}})
     d, sched, _, maint, reclaim = two_notices(contract)
     assert sched.orders[0].cordon_only and not sched.orders[-1].cordon_only
     assert d.records[maint.id].state == DrainState.CORDONED_ONLY   # cordoned: all it wants

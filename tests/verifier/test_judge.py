@@ -1,10 +1,21 @@
 """The judge: done before the cutoff, overrun at it naming the step and what was left; escalation levels."""
 from __future__ import annotations
 
+from common.contract import BUILTIN
 from common.notice import Notice
-from common.wire import Escalation
+from common.wire import DrainRecord, Escalation
 from tests.support.drain_records import budget, record
-from verifier.judge import PROGRESS_GRACE_S, VERIFY_WAIT_S, Observation, escalation, held_up_by, judge, start_clock
+from tests.support.notices import notice
+from verifier.judge import (
+    PROGRESS_GRACE_S,
+    VERIFY_WAIT_S,
+    Observation,
+    clock_for,
+    escalation,
+    held_up_by,
+    judge,
+    start_clock,
+)
 
 N = Notice(id="n1", kind="reclaim", node="me", instance_id="", issued_at=0.0, deadline=120.0,
            source="aws", received_at=1.0)
@@ -115,9 +126,17 @@ def test_notice_received_after_its_cutoff_blames_the_notice():
     assert escalation(c, 118.5) == Escalation("final", 115.0)
 
 
-def test_cordon_only_policy_is_done_once_cordoned():
+def test_cordon_only_policy_is_judged_cordoned_not_done():
+    """A cordon-only notice's node was never emptied: its verdict says what it is (issue 28), not "done"."""
     v = judge(CLOCK, rec({"cordoned": 3.0}, state="cordoned_only"), 3.1, now=3.1, seen=AGREES)
-    assert v.outcome == "done"
+    assert v.outcome == "cordoned" and v.finished_at == 3.0
+    assert "cordon only" in v.reason and "moves none" in v.reason
+
+
+def test_a_waiting_deferred_drain_is_not_finished_even_with_nothing_left():
+    """A deferred drain, cordoned, its start not come: neither done nor cordoned, whatever it read."""
+    waiting = rec({"cordoned": 3.0}, [], state="waiting")
+    assert judge(CLOCK, waiting, 3.1, now=3.1, seen=AGREES) is None
 
 
 # -- the verifier's own read (issue 16) -----------------------------------------------------------
@@ -188,3 +207,17 @@ def test_an_overrun_names_a_config_error_and_a_fallback_that_could_not_run():
     r = rec({"cordoned": 2.0}, ["api-server:unreachable"], fallback_allowed=False)
     v = judge(CLOCK, r, AFTER, now=AFTER)
     assert "no fallback ran" in v.reason and "allows no fallback for a reclaim notice" in v.reason
+
+
+def test_a_deferred_drain_is_timed_and_escalated_from_its_start():
+    """Issue 28: a maintenance whose drain starts at deadline - budget_s is not escalated (nor its
+    PDB-blocked pods deleted) days before: its checkpoint and evict cutoffs run from its start."""
+    n = notice("m", "maintenance", deadline_in=86400.0, now=1_800_000_000.0)
+    rec = DrainRecord.start(n, BUILTIN)
+    starts = n.deadline - BUILTIN.drain.budget_s
+    clock = clock_for(n, rec, rec.budget)
+    assert clock.checkpoint_at == starts + BUILTIN.drain.checkpoint_s and not clock.moved_by(rec)
+    assert clock.received_at == rec.received_at   # the receipt stays the receipt ("notice", withdrawals)
+    assert start_clock(n, rec.budget, rec.received_at).moved_by(rec)   # a clock started at once is moved
+    assert escalation(clock, n.received_at + 3600) is None
+    assert escalation(clock, starts + BUILTIN.drain.checkpoint_s).level == "checkpoint_over"

@@ -38,15 +38,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 HALL = "h1"
 
 
-def contract(drain: dict[str, int], slurm: dict[str, str]) -> dict[str, Any]:
+def contract(drain: dict[str, int], slurm: dict[str, str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``extra``: more top-level contract fields (``kinds``, ``start``)."""
     return Contract.from_payload({"serial": 1, "hall": HALL, "issued_at": format_rfc3339(time.time()),
-                                  "drain": drain, "slurm": slurm}).to_dict()
+                                  "drain": drain, "slurm": slurm, **(extra or {})}).to_dict()
 
 
 class ExecutorHarness:
     def __init__(self, rig: SlurmRig, drain: dict[str, int], slurm: dict[str, str],
-                 env: dict[str, str] | None = None, settings: dict[str, Any] | None = None) -> None:
-        """``env``: added to the executor's environment; ``settings``: added to its slurm section."""
+                 env: dict[str, str] | None = None, settings: dict[str, Any] | None = None,
+                 contract_extra: dict[str, Any] | None = None) -> None:
+        """``env``: added to the executor's environment; ``settings``: added to its slurm section;
+        ``contract_extra``: more contract fields."""
         self.rig = rig
         self.env = dict(env or {})
         # Not pytest's tmp_path: ipc:// paths must fit in a sockaddr_un (108 bytes).
@@ -62,7 +65,7 @@ class ExecutorHarness:
             "slurm": {"conf": rig.conf_path, **(settings or {})},
             "agent_socket": {"path": os.path.join(self.run_dir, "agent.sock")},
         })
-        self.contract = contract(drain, slurm)
+        self.contract = contract(drain, slurm, contract_extra)
         self.notice_state: dict[str, Any] = {"gen": 0, "active": [], "withdrawn": []}
         self.spool = SpoolInbox()
         self.progress: dict[str, Any] = {}

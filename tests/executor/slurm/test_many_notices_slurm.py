@@ -17,7 +17,8 @@ from tests.support.wait import wait_for
 
 def test_a_reclaim_takes_over_the_slurm_drain_and_a_cancel_keeps_the_node_drained(rig, tmp_path):
     job, _ = start_job(rig, COUNTING_JOB, tmp_path, requeue=True)
-    with ExecutorHarness(rig, DRAIN, SLURM) as h:
+    # The maintenance drains at once here (the built-in start defers it: test_deferred_start_slurm.py).
+    with ExecutorHarness(rig, DRAIN, SLURM, contract_extra={"start": {"maintenance": "at_once"}}) as h:
         h.start()
         maint = h.announce(deadline_in=600, kind="maintenance")
         h.wait_event("drain.signalled", maint["id"])
