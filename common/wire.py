@@ -21,6 +21,7 @@ import ujson
 
 from common.contract import BUILTIN, MAX_BUDGET_S, Contract, Drain
 from common.notice import Notice
+from common.pod_fate import PodFate
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
 from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
 
@@ -181,6 +182,9 @@ class DrainRecord:
     fallback_allowed: bool = False               # the contract lets this kind go around the scheduler
     fallback_lead_s: float = float(BUILTIN.fallback.lead_s)
     problem: str = ""                            # a configuration error the scheduler reported
+    # ns/name -> what the drain did to that pod (Kubernetes; the verdict lists them, issue 28).
+    pods: dict[str, PodFate] = field(default_factory=dict)
+    pods_cut: int = 0                            # of ``pods``: left out of this message (common.progress)
 
     @classmethod
     def start(cls, n: Notice, contract: Contract) -> DrainRecord:
@@ -205,6 +209,10 @@ class DrainRecord:
                  fallback_allowed=self.fallback_allowed, fallback_lead_s=self.fallback_lead_s, problem=self.problem)
         if self.contract_serial is not None:
             d["contract_serial"] = self.contract_serial
+        if self.pods:
+            d["pods"] = {k: _fate_dict(f) for k, f in self.pods.items()}
+        if self.pods_cut:
+            d["pods_cut"] = self.pods_cut
         return d
 
     @classmethod
@@ -234,7 +242,22 @@ class DrainRecord:
             contract_serial=d.get("contract_serial"), pdb_blocked=d.get("pdb_blocked", defaults.pdb_blocked),
             exclude_from_lb=d.get("exclude_from_lb", defaults.exclude_from_lb), memo=memo,
             fallback_allowed=d.get("fallback_allowed", d["kind"] in defaults.fallback.kinds),
-            fallback_lead_s=float(d.get("fallback_lead_s", defaults.fallback.lead_s)), problem=d.get("problem", ""))
+            fallback_lead_s=float(d.get("fallback_lead_s", defaults.fallback.lead_s)), problem=d.get("problem", ""),
+            pods=_fates(d.get("pods") or {}), pods_cut=max(0, d.get("pods_cut", 0)))
+
+
+def _fate_dict(f: PodFate) -> dict[str, Any]:
+    d: dict[str, Any] = {"outcome": f.outcome, "at": f.at}
+    if f.held:
+        d["held"] = f.held
+    return d
+
+
+def _fates(d: dict[str, Any]) -> dict[str, PodFate]:
+    """The pods' fates; an entry of the wrong shape is dropped alone (the record stays usable)."""
+    return {str(k): PodFate(v["outcome"], float(v["at"]), v.get("held", "") if isinstance(v.get("held", ""), str) else "")
+            for k, v in d.items()
+            if isinstance(v, dict) and isinstance(v.get("outcome"), str) and _epoch(v.get("at"))}
 
 
 _REQUIRED = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
@@ -242,7 +265,7 @@ _TEXT = ("kind", "state", "policy", "taint_key")
 _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "phase": (str,), "remaining": (list, type(None)), "acks": (dict,), "pdb_blocked": (str,),
     "exclude_from_lb": (bool,), "contract_serial": (int,), "fallback_allowed": (bool,),
-    "fallback_lead_s": (int, float), "problem": (str,)}
+    "fallback_lead_s": (int, float), "problem": (str,), "pods": (dict,), "pods_cut": (int,)}
 _OWN = frozenset(_REQUIRED) | frozenset(_OPTIONAL_TYPES)
 
 
@@ -255,7 +278,7 @@ def _problem(rec: object) -> str:
         return f"missing {missing}"
     bad = [k for k in _TEXT if not isinstance(rec[k], str)]
     bad += [k for k, types in _OPTIONAL_TYPES.items() if k in rec and not isinstance(rec[k], types)]
-    for key in ("contract_serial", "fallback_lead_s"):
+    for key in ("contract_serial", "fallback_lead_s", "pods_cut"):
         if isinstance(rec.get(key), bool):
             bad.append(key)
     lead = rec.get("fallback_lead_s", 0)
