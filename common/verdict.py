@@ -140,12 +140,30 @@ class VerdictRecord:
                   held_up_by=verdict.held_up_by, left=verdict.left[:max_left], finished_at=verdict.finished_at,
                   reason=verdict.reason, left_count=len(verdict.left), detach_ms=verdict.detach_ms,
                   volumes=verdict.volumes[:MAX_VOLUMES], volumes_count=len(verdict.volumes), **judged_on)
+        rec = rec._within(VERDICT_BYTES // 2)
         lines = pods or []
         total = max(len(lines), pods_count or 0)
         if not total:
             return rec
         room = VERDICT_BYTES - _size(dataclasses.replace(rec, pods_count=total).to_dict())
         return dataclasses.replace(rec, pods=fit_pods(lines, room), pods_count=total)
+
+    def _within(self, limit: int) -> VerdictRecord:
+        """This record cut to ``limit`` bytes, leaving the rest of VERDICT_BYTES to its pods: the
+        timeline's checkpoint acks go first (``checkpoint_acks_total`` keeps their count), then
+        the tail of ``left`` (``left_count`` is exact). The outcome, its reason and times stay."""
+        rec = self
+        acks = list(rec.timeline_ms.get("checkpoint_acks") or ())
+        while acks and _size(rec.to_dict()) > limit:
+            acks = acks[:len(acks) // 2]
+            tl = dict(rec.timeline_ms, checkpoint_acks=acks)
+            tl.setdefault("checkpoint_acks_total", len(self.timeline_ms["checkpoint_acks"]))
+            rec = dataclasses.replace(rec, timeline_ms=tl)
+        left = list(rec.left)
+        while left and _size(rec.to_dict()) > limit:
+            left = left[:len(left) // 2]
+            rec = dataclasses.replace(rec, left=tuple(left))
+        return rec
 
     @property
     def verdict(self) -> Verdict:

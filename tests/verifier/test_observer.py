@@ -114,3 +114,14 @@ def test_the_right_shapes_read_as_before():
     assert kube_reader({"spec": {"unschedulable": True}}, {"items": [GOOD_POD], "metadata": {}}).read() == \
         (True, ("ns/p",))
     assert kube_reader({"spec": None}, {"items": None, "metadata": None}).read() == (False, ())
+
+
+def test_the_node_read_says_which_attached_volumes_a_drain_still_waits_for():
+    """Issue 28, point 6: the same GET of the node, no request added; a volume list of the wrong
+    shape refuses the read."""
+    node = {"spec": {}, "status": {"volumesAttached": [{"name": "v1", "devicePath": ""}], "volumesInUse": []}}
+    reader = kube_reader(node, {"items": [GOOD_POD], "metadata": {}})
+    reader.read()
+    assert reader.volumes == ("v1",)
+    with pytest.raises(ReadError):
+        kube_reader({"spec": {}, "status": {"volumesAttached": "v1"}}, {"items": []}).read()
