@@ -8,6 +8,8 @@ volume, never "done". An Azure acknowledgement (which lets the platform take the
 waits for that verdict too."""
 from __future__ import annotations
 
+import time
+
 from common.timefmt import parse_rfc3339
 from tests.emulators.kube.controllers import CSI_PREFIX
 from tests.support.stack import NODE, Stack
@@ -69,3 +71,24 @@ def test_an_azure_acknowledgement_waits_for_the_volumes(tmp_path):
         assert ack["t"] >= parse_rfc3339(empty["ts"]) + DETACH_S - 0.5     # not while the volume was attached
         assert ack["t"] >= verdict["data"]["at"] - 0.01                    # after the verdict
         assert len(s.meta.azure_acks()["acks"]) == 1
+
+
+def test_restarts_during_the_wait_neither_acknowledge_twice_nor_never(tmp_path):
+    """The watcher and the verifier restarted (supervisorctl) while the volume is still attached:
+    the acknowledgement still waits for the verdict, and comes once; the verdict is given once."""
+    with Stack(str(tmp_path), provider="azure", poll_interval_s=0.3, contract=BUDGET) as s:
+        s.kube.set_options(detach_delay=6.0)
+        _stateful_pod(s)
+        own = s.meta.azure_add("Preempt", in_s=40, resources=["vm-emu-0"])
+        empty = s.wait_event("drain.node_empty", f"azure-{own}", timeout=30)
+        assert s.agent is not None
+        for program in ("watcher", "verifier"):
+            assert "started" in s.agent.ctl("restart", program).stdout
+        assert s.meta.azure_acks()["acks"] == []                     # the volume is still attached
+        verdict = s.wait_event("drain.done", f"azure-{own}", timeout=40)
+        [ack] = wait_for(lambda: s.meta.azure_acks()["acks"], 20, "our event acknowledged")
+        assert ack["t"] >= parse_rfc3339(empty["ts"]) + 6.0 - 0.5
+        assert ack["t"] >= verdict["data"]["at"] - 0.01
+        time.sleep(3.0)   # several more polls, progress messages and verdict announcements
+        assert len(s.meta.azure_acks()["acks"]) == 1
+        assert len(s.events_of("drain.done", f"azure-{own}")) == 1

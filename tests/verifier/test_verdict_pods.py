@@ -105,3 +105,16 @@ def test_the_verdicts_pods_feed_the_skipped_and_extended_counter():
     assert 'sco_agent_verdict_pods_total{outcome="skipped",held="none"} 1' in text
     assert 'sco_agent_verdict_pods_total{outcome="evicted",held="extended"} 1' in text
     assert 'sco_agent_verdict_pods_total{outcome="evicted",held="other"} 1' in text
+
+
+def test_sco_agentctl_status_shows_the_volumes_and_the_pods_of_the_last_verdict():
+    from agentctl.status import AgentFiles, render_text, summarize
+
+    vr = VerdictRecord.of(Verdict("volumes_attached", "n1", NOW, volumes=("kubernetes.io/csi/x^vol-1",)),
+                          max_left=MAX_LEFT, pods=[PodLine("ns/db-0", "evicted", "2027-01-15T08:00:00.000Z"),
+                                                   PodLine("ns/keep", "skipped", "2027-01-15T08:00:01.000Z")])
+    s = summarize(node="node-a", hall="h1", processes=[], files=AgentFiles(verifier={"verdicts": {"n1": vr.to_dict()}}),
+                  now=NOW + 10)
+    text = render_text(s)
+    assert "volumes still attached (1): kubernetes.io/csi/x^vol-1" in text
+    assert "pods (2): ns/keep skipped, ns/db-0 evicted" in text
