@@ -143,7 +143,8 @@ def observe_timeline(m: dict[str, Any], timeline_ms: dict[str, Any]) -> None:
             observe(m, name, ms / 1000.0)
 
 
-HELD_REASONS = ("extended", "wait-completed", "skip", "pdb_blocked")
+# Why a pod was held (common.pod_policy's reasons, "extended", "pdb_blocked"): a bounded label set.
+HELD_REASONS = ("extended", "pdb_blocked", "wish:skip", "wish:wait-completed", "local_storage", "unreplicated")
 
 
 def count_pods(m: dict[str, Any], pods: list[PodLine]) -> None:
