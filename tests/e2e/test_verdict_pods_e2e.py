@@ -36,3 +36,17 @@ def test_an_overrun_verdict_names_the_pod_still_there_and_why_it_was_held(tmp_pa
         assert pods["default/db-0"]["outcome"] == "still_there"
         assert pods["default/db-0"]["held"] == "pdb_blocked"
         assert verdict["pods"][0]["pod"] == "default/db-0"   # what an owner must act on comes first
+
+
+def test_with_two_notices_on_one_drain_each_verdict_lists_the_pods_touched_for_it(tmp_path):
+    """Two reclaims at once (one drain serves both, the earlier deadline governing): each verdict
+    names the pods, not only the governing notice's."""
+    with Stack(str(tmp_path), contract=BUDGET) as s:
+        for name in ("web-1", "web-2"):
+            s.kube.add_pod(name, NODE, owner=("ReplicaSet", "web"), terminate_after=1)
+        first = s.publish_notice(kind="reclaim", deadline_in=40)
+        second = s.publish_notice(kind="reclaim", deadline_in=50)
+        for doc in (first, second):
+            verdict = s.wait_event("drain.done", doc["id"], timeout=40)["data"]
+            assert {p["pod"]: p["outcome"] for p in verdict["pods"]} == {
+                "default/web-1": "evicted", "default/web-2": "evicted"}, doc["id"]
