@@ -256,6 +256,8 @@ def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
         if agreed:
             left = seen.left if seen is not None and seen.left else ()
             return Verdict(UNVERIFIED, clock.notice_id, now, left=left, finished_at=done_at, reason=agreed)
+        if rec.state == DrainState.CORDONED_ONLY:   # nothing was evicted: no volume of theirs to see go
+            return Verdict(DONE, clock.notice_id, now, finished_at=done_at)
         return volumes_verdict(clock, seen, done_at, now)
     if now < clock.cutoff:
         return None

@@ -71,3 +71,12 @@ def test_a_staying_pod_that_mounts_a_claim_keeps_the_volumes_in_use_out_of_the_w
 def test_a_node_status_of_another_shape_is_refused_not_guessed_at(status):
     with pytest.raises(volumes.BadShape):
         volumes.names({"status": status})
+
+
+def test_a_cordon_only_drain_evicted_nothing_and_waits_for_no_volume():
+    import dataclasses
+
+    from common.wire import DrainState
+    rec = dataclasses.replace(EMPTY_AT_30, state=DrainState.CORDONED_ONLY, steps={"cordoned": 2.0})
+    v = judge(CLOCK, rec, 30.0, now=3.2, seen=seen(3.0, (VOL,), 3.0))
+    assert v.outcome == "done" and v.detach_ms is None
