@@ -73,7 +73,10 @@ def test_at_the_cap_with_long_names_the_verdict_event_fits_one_spool_record_and_
                           pods=lines, pods_count=count, kind="reclaim", channel="relay", timeline_ms=timeline)
     event = make_event("drain.overrun", Origin("n" * 253, "h" * 64, "verifier"), 2 ** 40, notice_id=n.id,
                        data=vr.to_dict(), now=time.time())
-    assert len(encode(event)) <= MAX_RECORD
+    size = len(encode(event))
+    print(f"verdict at the cap: {size} bytes, {len(vr.pods)} of {vr.pods_count} pods listed, "
+          f"{len(vr.left)} of {vr.left_count} left, {len(vr.timeline_ms['checkpoint_acks'])} acks")
+    assert size <= MAX_RECORD
     d = vr.to_dict()
     assert 0 < len(d["pods"]) < 157 and d["pods_count"] == 157 and d["pods_truncated"] == 157 - len(d["pods"])
     ranks = [POD_OUTCOMES.index(p["outcome"]) for p in d["pods"]]
