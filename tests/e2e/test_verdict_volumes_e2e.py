@@ -14,6 +14,7 @@ from common.timefmt import parse_rfc3339
 from tests.emulators.kube.controllers import CSI_PREFIX
 from tests.support.stack import NODE, Stack
 from tests.support.wait import wait_for
+from watcher.ack_gate import VERDICT_SLACK_S
 
 BUDGET = {"budget_s": 30, "checkpoint_s": 2, "evict_s": 15, "margin_s": 8}
 VOLUME = f"{CSI_PREFIX}default.data-db-0"
@@ -92,3 +93,18 @@ def test_restarts_during_the_wait_neither_acknowledge_twice_nor_never(tmp_path):
         time.sleep(3.0)   # several more polls, progress messages and verdict announcements
         assert len(s.meta.azure_acks()["acks"]) == 1
         assert len(s.events_of("drain.done", f"azure-{own}")) == 1
+
+
+def test_an_event_cancelled_during_the_wait_is_never_acknowledged(tmp_path):
+    """Azure withdraws the event while the volume is still attached: nothing is acknowledged, then
+    or later (the drain is undone; the verdict, if any, acknowledges nothing that is gone)."""
+    with Stack(str(tmp_path), provider="azure", poll_interval_s=0.3, contract=BUDGET) as s:
+        s.kube.set_options(detach_delay=6.0)
+        _stateful_pod(s)
+        own = s.meta.azure_add("Preempt", in_s=40, resources=["vm-emu-0"])
+        empty = s.wait_event("drain.node_empty", f"azure-{own}", timeout=30)
+        s.meta.azure_remove(own)
+        s.wait_event("notice.withdrawn", f"azure-{own}", timeout=10)
+        # Past the detach and past the wait for a silent verifier (ack_gate): polls and progress go on.
+        time.sleep(max(0.0, parse_rfc3339(empty["ts"]) + BUDGET["margin_s"] + VERDICT_SLACK_S + 1.0 - time.time()))
+        assert s.meta.azure_acks()["acks"] == []
