@@ -172,7 +172,9 @@ def last_verdict(verdicts: dict[str, VerdictRecord]) -> dict[str, Any] | None:
     v = max(verdicts.values(), key=lambda r: r.at)
     return {"notice_id": v.notice_id, "outcome": v.outcome, "held_up_by": v.held_up_by,
             "at": format_rfc3339(v.at), "left_count": v.left_count,
-            "left": list(v.left[:SHOW_REMAINING]), "timeline_ms": v.timeline_ms}
+            "left": list(v.left[:SHOW_REMAINING]), "timeline_ms": v.timeline_ms,
+            "detach_ms": v.detach_ms, "volumes": list(v.volumes), "volumes_count": v.volumes_count,
+            "pods": [p.to_dict() for p in v.pods[:SHOW_REMAINING]], "pods_count": v.pods_count}
 
 
 def _timeline_text(tl: dict[str, Any] | None) -> str:
@@ -243,5 +245,14 @@ def _verdict_lines(v: dict[str, Any] | None) -> list[str]:
     if not v:
         return ["last verdict: none"]
     held = f" held up by {v['held_up_by']}, {v['left_count']} left" if v["outcome"] == "overrun" else ""
-    return [f"last verdict: {v['notice_id']} {v['outcome']} at {v['at']}{held}",
-            f"  timeline (ms after issue): {_timeline_text(v['timeline_ms'])}"]
+    lines = [f"last verdict: {v['notice_id']} {v['outcome']} at {v['at']}{held}",
+             f"  timeline (ms after issue): {_timeline_text(v['timeline_ms'])}"]
+    if v.get("volumes_count"):
+        lines.append(f"  volumes still attached ({v['volumes_count']}): {', '.join(v['volumes'])}")
+    elif v.get("detach_ms") is not None:
+        lines.append(f"  volumes detached {v['detach_ms']} ms after the node was empty")
+    if v.get("pods_count"):
+        shown = ", ".join(f"{p['pod']} {p['outcome']}" + (f" (held: {p['held']})" if p.get("held") else "")
+                          for p in v["pods"])
+        lines.append(f"  pods ({v['pods_count']}): {shown}" + (" ..." if v["pods_count"] > len(v["pods"]) else ""))
+    return lines

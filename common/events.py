@@ -31,6 +31,7 @@ EventType = Literal[
     "drain.escalated", "drain.node_empty", "drain.done", "drain.overrun", "drain.dry_run",
     "drain.fallback_started", "drain.config_error", "drain.ignored", "drain.plan",
     "drain.unverified", "drain.dry_run_judged", "drain.ignored_judged", "drain.eviction_unsupported",
+    "drain.volumes_attached",
     # issue 28: extend (DESIGN §6), per-pod policy (DESIGN §9), pods kubectl refuses
     "drain.checkpoint_extended", "drain.extend_refused",
     "drain.pod_skipped", "drain.pod_held", "drain.pod_data_lost",

@@ -20,7 +20,7 @@ import zmq
 # Endpoint names (file names under the runtime directory).
 WATCHER_PUB = "watcher.pub"      # watcher -> executor, verifier: notice state, contract
 EXECUTOR_PUB = "executor.pub"    # executor -> verifier: drain progress, checkpoint acks
-VERIFIER_PUB = "verifier.pub"    # verifier -> executor: escalation
+VERIFIER_PUB = "verifier.pub"    # verifier -> executor: escalation; -> watcher: verdicts
 SPOOL_INTAKE = "spool.intake"    # every process -> spool: events (DEALER -> ROUTER, acked)
 
 # Topics; what each message holds, and its codec, is in common.wire.
@@ -28,10 +28,11 @@ T_NOTICE = b"notice"       # NoticeState: {"active": [notice...], "withdrawn": [
 T_CONTRACT = b"contract"   # {"source", "contract": the current contract (common.contract.Contract.to_dict())}
 T_PROGRESS = b"progress"   # {"notices": {id: DrainRecord without its memo}, "omitted": n}
 T_ESCALATE = b"escalate"   # {"notices": {id: {"level": checkpoint_over|evict_over|final, "since": epoch}}}
+T_VERDICT = b"verdict"     # {"notices": {id: {"outcome", "at"}}}: common.verdict.encode_verdict_news
 T_EVENT = b"event"         # spool intake: one event object
 T_ACK = b"ack"             # spool reply: {"ids": [event_id...]}
 
-TOPICS = frozenset({T_NOTICE, T_CONTRACT, T_PROGRESS, T_ESCALATE, T_EVENT, T_ACK})
+TOPICS = frozenset({T_NOTICE, T_CONTRACT, T_PROGRESS, T_ESCALATE, T_VERDICT, T_EVENT, T_ACK})
 # What every socket accepts in one frame (ZMQ_MAXMSGSIZE). libzmq does not refuse a larger message:
 # the receiving socket drops the connection ("If a peer sends a message larger than ZMQ_MAXMSGSIZE
 # it is disconnected", zmq_setsockopt(3)), the sender's send has already succeeded, and a SUB

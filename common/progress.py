@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from common.verdict import POD_OUTCOMES
 from common.wire import DrainRecord, decode_records, encoded_size
 
 PROGRESS_BUDGET = 224 * 1024        # the progress message
 PAST_SENT = 8                       # records of drains whose notice is no longer active, newest first
 REMAINING_SENT = 100                # what is left on the node, listed per record (the count is exact)
 ACKS_SENT = 32                      # checkpoint acks per record, earliest first
+PODS_SENT = 120                     # pods' fates per record, as a verdict lists them first (the rest counted)
 
 
 def encode_progress(records: Mapping[str, DrainRecord], active: Collection[str] = ()) -> dict[str, Any]:
@@ -34,10 +36,10 @@ def encode_progress(records: Mapping[str, DrainRecord], active: Collection[str] 
     newest_first = sorted(records.items(), key=lambda kv: -kv[1].received_at)
     current = [(nid, rec) for nid, rec in newest_first if nid in active]
     # Every active notice's record slim first, so none is crowded out; then whole while they fit.
-    out = {nid: _sent(rec, 1, 0) for nid, rec in current}
+    out = {nid: _sent(rec, 1, 0, 0) for nid, rec in current}
     used = 64 + sum(encoded_size(nid) + encoded_size(d) + 2 for nid, d in out.items())  # + {"notices":,"omitted":}
     for nid, rec in current:
-        whole = _sent(rec, REMAINING_SENT, ACKS_SENT)
+        whole = _sent(rec, REMAINING_SENT, ACKS_SENT, PODS_SENT)
         more = encoded_size(whole) - encoded_size(out[nid])
         if more and used + more <= PROGRESS_BUDGET:
             out[nid] = whole
@@ -46,7 +48,7 @@ def encode_progress(records: Mapping[str, DrainRecord], active: Collection[str] 
     for nid, rec in newest_first:
         if nid in out:
             continue
-        d = _sent(rec, REMAINING_SENT, ACKS_SENT)
+        d = _sent(rec, REMAINING_SENT, ACKS_SENT, PODS_SENT)
         cost = encoded_size(nid) + encoded_size(d) + 2
         if past >= PAST_SENT or used + cost > PROGRESS_BUDGET:
             omitted += 1
@@ -57,8 +59,9 @@ def encode_progress(records: Mapping[str, DrainRecord], active: Collection[str] 
     return {"notices": out, "omitted": omitted}
 
 
-def _sent(rec: DrainRecord, remaining: int, acks: int) -> dict[str, Any]:
-    """``rec`` as the progress message carries it: no memo, ``remaining`` and ``acks`` cut."""
+def _sent(rec: DrainRecord, remaining: int, acks: int, pods: int) -> dict[str, Any]:
+    """``rec`` as the progress message carries it: no memo, ``remaining``, ``acks`` and ``pods``
+    cut (the pods a verdict lists first are kept; ``pods_cut`` counts the others)."""
     d = rec.to_dict()
     for k in rec.memo:
         d.pop(k, None)
@@ -69,7 +72,16 @@ def _sent(rec: DrainRecord, remaining: int, acks: int) -> dict[str, Any]:
         first = sorted(rec.acks.items(), key=lambda kv: kv[1].at)[:acks]
         d["acks"] = {k: {"status": a.status, "at": a.at} for k, a in first}
     d["problem"] = rec.problem[:100]
+    if len(rec.pods) > pods:
+        kept = sorted(rec.pods.items(), key=lambda kv: (_RANK.get(kv[1].outcome, len(_RANK)), kv[1].at, kv[0]))[:pods]
+        d["pods"] = {k: v for k, v in d["pods"].items() if k in dict(kept)}
+        d["pods_cut"] = rec.pods_cut + len(rec.pods) - len(kept)
+        if not d["pods"]:
+            del d["pods"]
     return d
+
+
+_RANK = {outcome: i for i, outcome in enumerate(POD_OUTCOMES)}
 
 
 def decode_progress(body: Mapping[str, Any]) -> tuple[dict[str, DrainRecord], dict[str, str]]:

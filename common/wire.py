@@ -21,6 +21,7 @@ import ujson
 
 from common.contract import AT_ONCE, BUILTIN, MAX_BUDGET_S, STARTS, Contract, Drain
 from common.notice import Notice
+from common.pod_fate import PodFate
 from common.timefmt import MAX_EPOCH, MIN_EPOCH
 from common.verdict import DONE, OVERRUN, Verdict  # noqa: F401 -- where they were before common/verdict.py
 
@@ -186,6 +187,9 @@ class DrainRecord:
     fallback_lead_s: float = float(BUILTIN.fallback.lead_s)
     problem: str = ""                            # a configuration error the scheduler reported
     drain_start: str = AT_ONCE                   # at_once | deadline_minus_budget (the contract's ``start``, for the kind)
+    # ns/name -> what the drain did to that pod (Kubernetes; the verdict lists them, issue 28).
+    pods: dict[str, PodFate] = field(default_factory=dict)
+    pods_cut: int = 0                            # of ``pods``: left out of this message (common.progress)
 
     @classmethod
     def start(cls, n: Notice, contract: Contract) -> DrainRecord:
@@ -227,6 +231,10 @@ class DrainRecord:
                  drain_start=self.drain_start)
         if self.contract_serial is not None:
             d["contract_serial"] = self.contract_serial
+        if self.pods:
+            d["pods"] = {k: f.to_dict() for k, f in self.pods.items()}
+        if self.pods_cut:
+            d["pods_cut"] = self.pods_cut
         return d
 
     @classmethod
@@ -257,7 +265,9 @@ class DrainRecord:
             exclude_from_lb=d.get("exclude_from_lb", defaults.exclude_from_lb), memo=memo,
             fallback_allowed=d.get("fallback_allowed", d["kind"] in defaults.fallback.kinds),
             fallback_lead_s=float(d.get("fallback_lead_s", defaults.fallback.lead_s)), problem=d.get("problem", ""),
-            drain_start=d.get("drain_start", AT_ONCE))   # a record written before starts existed began at once
+            drain_start=d.get("drain_start", AT_ONCE),   # a record written before starts existed began at once
+            pods=PodFate.decode_all(d.get("pods") or {}), pods_cut=max(0, d.get("pods_cut", 0)))
+
 
 
 _REQUIRED = ("kind", "state", "steps", "received_at", "policy", "taint_key", "budget")
@@ -265,7 +275,8 @@ _TEXT = ("kind", "state", "policy", "taint_key")
 _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "phase": (str,), "remaining": (list, type(None)), "acks": (dict,), "pdb_blocked": (str,),
     "exclude_from_lb": (bool,), "contract_serial": (int,), "fallback_allowed": (bool,),
-    "fallback_lead_s": (int, float), "problem": (str,), "drain_start": (str,)}
+    "fallback_lead_s": (int, float), "problem": (str,), "drain_start": (str,), "pods": (dict,),
+    "pods_cut": (int,)}
 _OWN = frozenset(_REQUIRED) | frozenset(_OPTIONAL_TYPES)
 
 
@@ -289,7 +300,7 @@ def _problem(rec: object) -> str:
         return f"missing {missing}"
     bad = [k for k in _TEXT if not isinstance(rec[k], str)]
     bad += [k for k, types in _OPTIONAL_TYPES.items() if k in rec and not isinstance(rec[k], types)]
-    for key in ("contract_serial", "fallback_lead_s"):
+    for key in ("contract_serial", "fallback_lead_s", "pods_cut"):
         if isinstance(rec.get(key), bool):
             bad.append(key)
     bad += _out_of_range(rec)

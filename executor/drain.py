@@ -45,6 +45,7 @@ from common.clock import MonoTime, WallTime
 from common.contract import BUILTIN, Contract, fallback_at
 from common.events import EventType
 from common.notice import Notice
+from common.pod_fate import note_pod
 from common.timefmt import format_rfc3339
 from common.wire import Ack, DrainRecord, DrainState, Step
 from executor.drain_start import cordon_only, cordoned_state, deferred_started, due, want_of
@@ -328,7 +329,7 @@ class Drains:
 
     def _on_announce(self, r: Announce, rec: DrainRecord, now: float) -> bool:
         self._announce(r.notice_id, r.event, r.data, now)
-        return False
+        return note_pod([rec.pods, *(o.pods for _, o in self._served())], r.event, r.data, now)  # verdicts' pods
 
     def _on_remaining(self, r: Remaining, rec: DrainRecord, now: float) -> bool:
         rec.remaining = list(r.items)

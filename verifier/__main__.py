@@ -28,6 +28,7 @@ from common.log import Logger
 from common.loop import Loop
 from common.notice import Notice
 from common.runtime import Rejections, SpoolLink, StopFlag, start
+from common.verdict import encode_verdict_news
 from verifier import core, metrics
 from verifier.judge import finished_at
 from verifier.scheduler_read import Observer, reader_for
@@ -217,10 +218,12 @@ class Verifier:
     def publish(self) -> None:
         ipc.send(self.pub, ipc.T_ESCALATE, wire.encode_escalations(core.escalations(self.state, self.active)),
                  self.refused)
+        # The watcher acknowledges an Azure event only once its verdict is in (volumes included).
+        ipc.send(self.pub, ipc.T_VERDICT, encode_verdict_news(self.state["verdicts"], self.active), self.refused)
 
     def refused(self, e: ipc.TooLarge) -> None:
         """A message over what its receivers accept was not sent: counted and reported."""
-        self.rejections.add(ipc.VERIFIER_PUB if e.topic == ipc.T_ESCALATE else ipc.SPOOL_INTAKE, e)
+        self.rejections.add(ipc.VERIFIER_PUB if e.topic in (ipc.T_ESCALATE, ipc.T_VERDICT) else ipc.SPOOL_INTAKE, e)
 
     def write_metrics(self) -> None:
         if not self.metrics_path or not self.metrics_dirty:

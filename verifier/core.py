@@ -15,7 +15,17 @@ from typing import Any, Literal
 from common.events import EventType, is_event_type
 from common.notice import Notice
 from common.timefmt import MAX_EPOCH, MIN_EPOCH, format_rfc3339
-from common.verdict import CORDONED, DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, VerdictRecord, decode_verdicts
+from common.verdict import (
+    CORDONED,
+    DONE,
+    DRY_RUN,
+    IGNORED,
+    OVERRUN,
+    UNVERIFIED,
+    VOLUMES_ATTACHED,
+    VerdictRecord,
+    decode_verdicts,
+)
 from common.wire import (
     BUILTIN_BUDGET,
     LEVELS,
@@ -25,7 +35,7 @@ from common.wire import (
 )
 from verifier import metrics
 from verifier.judge import Clock, Observation, clock_for, escalation, judge
-from verifier.timeline import timeline
+from verifier.timeline import pod_lines, timeline
 
 STATE_VERSION = 1
 # A verdict is remembered this long after its notice is gone; the watcher
@@ -34,13 +44,13 @@ STATE_VERSION = 1
 VERDICT_MEMORY_S = 7 * 86400.0
 MAX_LEFT = 100            # what was left, listed in a verdict event (the count is always exact)
 PUBLISHED_RECENT = 8      # verdicts of gone notices still re-announced on verifier.pub
-# Verdicts after which nothing escalates: the drain is over and nothing is owed.
-SETTLED = (DONE, DRY_RUN, IGNORED, CORDONED)
+# Verdicts after which nothing escalates: the drain is over and nothing is owed (volumes_attached:
+# the node is empty; what is left is the attach/detach controller's, not the drain's).
+SETTLED = (DONE, DRY_RUN, IGNORED, VOLUMES_ATTACHED, CORDONED)
 # The event each verdict is announced as (drain.dry_run and drain.ignored are the executor's own).
 VERDICT_EVENTS: dict[str, EventType] = {DONE: "drain.done", OVERRUN: "drain.overrun", UNVERIFIED: "drain.unverified",
                   DRY_RUN: "drain.dry_run_judged", IGNORED: "drain.ignored_judged",
-                  CORDONED: "drain.cordoned_judged"}
-
+                  VOLUMES_ATTACHED: "drain.volumes_attached", CORDONED: "drain.cordoned_judged"}
 
 @dataclass(frozen=True, slots=True)
 class View:
@@ -180,8 +190,10 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
             continue
         tl = timeline(n, rec, view.arrivals.get(n.id), verdict_at=now,
                       escalations=state["escalated"].get(n.id))
+        pods, pods_count = pod_lines(rec, verdict.left, now)
         record = VerdictRecord.of(
-            verdict, max_left=MAX_LEFT, kind=n.kind, channel=n.channel, timeline_ms=tl,
+            verdict, max_left=MAX_LEFT, pods=pods, pods_count=pods_count,
+            kind=n.kind, channel=n.channel, timeline_ms=tl,
             issued_at=format_rfc3339(clock.issued_at), cutoff=format_rfc3339(clock.cutoff),
             deadline=format_rfc3339(clock.deadline), margin_s=clock.margin_s,
             late_ms=round((verdict.finished_at - clock.cutoff) * 1000) if verdict.finished_at > clock.cutoff else None)
@@ -190,6 +202,7 @@ def advance(state: dict[str, Any], view: View, now: float) -> tuple[list[Emit], 
         metrics.inc(state["metrics"], "sco_agent_verdicts_total",
                     (verdict.outcome, verdict.held_up_by or "none"))
         metrics.observe_timeline(state["metrics"], tl)
+        metrics.count_pods(state["metrics"], pods)
         emits.append(Emit(VERDICT_EVENTS[verdict.outcome], n.id, data))
         changed = True
     return emits, changed

@@ -26,7 +26,7 @@ from typing import Any
 
 from common import pod_policy
 from common.notice import Notice
-from common.verdict import CORDONED, DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, Verdict
+from common.verdict import CORDONED, DONE, DRY_RUN, IGNORED, OVERRUN, UNVERIFIED, VOLUMES_ATTACHED, Verdict
 from common.wire import (
     CHECKPOINT_OVER,
     EVICT_OVER,
@@ -105,6 +105,10 @@ class Observation:
     left: tuple[str, ...] | None
     error: str = ""
     skipped: tuple[str, ...] = ()   # of ``left``: pods whose own policy is skip (common.pod_policy)
+    # Kubernetes: the attached volumes no staying pod accounts for (verifier/volumes.py); None
+    # where there are none to read (Slurm). ``volumes_seen_at``: the last read that found any.
+    volumes: tuple[str, ...] | None = None
+    volumes_seen_at: float = 0.0
 
 
 def start_clock(notice: Notice, budget: Budget, received_at: float | None = None,
@@ -197,6 +201,29 @@ def confirmed(rec: DrainRecord, seen: Observation | None, done_at: float, waitin
     return f"the executor reported the node {'cordoned' if cordon_only else 'empty'}; the verifier's own read: {what}"
 
 
+def volumes_wait_until(clock: Clock, done_at: float) -> float:
+    """How long "done" waits for the node's volumes to detach: the margin after the node was empty,
+    never past the deadline (the machine may go then)."""
+    return min(done_at + clock.margin_s, clock.deadline)
+
+
+def volumes_verdict(clock: Clock, seen: Observation | None, done_at: float, now: float) -> Verdict | None:
+    """The node is empty and the verifier's read agrees: done once no volume the evicted pods used
+    is attached (with how long the detach took, when one was waited for); None while waiting
+    within the margin; "volumes_attached", naming them, when the margin ran out first."""
+    pending = seen.volumes if seen is not None else None
+    if not pending:
+        waited = seen is not None and seen.volumes is not None and seen.volumes_seen_at >= done_at
+        detach_ms = round((seen.at - done_at) * 1000) if waited and seen is not None else None
+        return Verdict(DONE, clock.notice_id, now, finished_at=done_at, detach_ms=detach_ms)
+    until = volumes_wait_until(clock, done_at)
+    if now < until:
+        return None
+    return Verdict(VOLUMES_ATTACHED, clock.notice_id, now, finished_at=done_at, volumes=pending,
+                   reason=f"{len(pending)} volume(s) still attached to the node {round(now - done_at, 1)} s after "
+                          f"it was empty (margin {clock.margin_s:g} s): {', '.join(pending[:3])}")
+
+
 def _reason(rec: DrainRecord | None) -> str:
     """Why an overrun happened, in words, where the drain record knows."""
     if rec is None:
@@ -236,11 +263,12 @@ def judge(clock: Clock, rec: DrainRecord | None, progress_at: float, now: float,
             left = seen.left if seen is not None and seen.left else ()
             return Verdict(UNVERIFIED, clock.notice_id, now, left=left, finished_at=done_at, reason=agreed)
         if rec.state == DrainState.CORDONED_ONLY:
-            # Not "done": nothing was moved, and saying the node is empty would be a lie.
+            # Not "done": nothing was moved, and saying the node is empty would be a lie (nor is
+            # there a volume of an evicted pod to see go).
             return Verdict(CORDONED, clock.notice_id, now, finished_at=done_at, reason=(
                 f"cordon only: the contract's policy for a {rec.kind} notice keeps new work off the node "
                 "and moves none; what runs on it stays"))
-        return Verdict(DONE, clock.notice_id, now, finished_at=done_at)
+        return volumes_verdict(clock, seen, done_at, now)
     if now < clock.cutoff:
         return None
     if progress_at < clock.cutoff and now < clock.cutoff + PROGRESS_GRACE_S:

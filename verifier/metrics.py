@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from common.notice import CHANNELS, KINDS
+from common.verdict import POD_OUTCOMES, PodLine
 
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 90.0, 120.0, 180.0, 300.0)
 MAX_SERIES = 64
@@ -31,6 +32,9 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "counter", "Inputs refused by the watcher and the verifier, by what was refused and why.", ("what", "reason")),
     "sco_agent_escalations_total": (
         "counter", "Drain escalations announced by the verifier, by level.", ("level",)),
+    "sco_agent_verdict_pods_total": (
+        "counter", "Pods the drains touched, by what became of them and why they were held first, if they were.",
+        ("outcome", "held")),
     "sco_agent_notices_active": (
         "gauge", "Notices active on this node now.", ()),
     "sco_agent_notice_to_cordoned_seconds": (
@@ -137,6 +141,18 @@ def observe_timeline(m: dict[str, Any], timeline_ms: dict[str, Any]) -> None:
         ms = timeline_ms.get(key)
         if isinstance(ms, int):
             observe(m, name, ms / 1000.0)
+
+
+# Why a pod was held (common.pod_policy's reasons, "extended", "pdb_blocked"): a bounded label set.
+HELD_REASONS = ("extended", "pdb_blocked", "wish:skip", "wish:wait-completed", "local_storage", "unreplicated")
+
+
+def count_pods(m: dict[str, Any], pods: list[PodLine]) -> None:
+    """A verdict's pods into ``sco_agent_verdict_pods_total`` (the Grafana panel of skipped and
+    extended pods reads it)."""
+    for p in pods:
+        inc(m, "sco_agent_verdict_pods_total", (bounded(p.outcome, POD_OUTCOMES),
+                                                bounded(p.held, HELD_REASONS) if p.held else "none"))
 
 
 def rejection_deltas(seen: dict[str, Any], started_at: Any, counters: Any) -> list[tuple[str, str, int]]:

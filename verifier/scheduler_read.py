@@ -1,7 +1,8 @@
 """The verifier's own read of the scheduler: a narrow, read-only client, so "done" is never just
 the executor's word (issue 16).
 
-Kubernetes: ``GET /api/v1/nodes/<node>`` (cordoned?) and ``GET /api/v1/pods?fieldSelector=
+Kubernetes: ``GET /api/v1/nodes/<node>`` (cordoned? which volumes are still attached:
+verifier/volumes.py -- the same request, none added) and ``GET /api/v1/pods?fieldSelector=
 spec.nodeName=<node>`` (what still counts, by ``common.pod_filters``), with the ``[kubernetes]``
 section's read credentials (token_file, or the client certificate) over ``common.http``. Slurm:
 ``sinfo`` (drained?) and ``squeue`` (jobs still R, CG or S on the node). Nothing here writes.
@@ -26,6 +27,7 @@ import ujson
 from common.pod_filters import pod_key, pods_that_count
 from common.pod_policy import skipped_by_wish
 from common.supervise import Crash, Supervised
+from verifier import volumes
 from verifier.judge import Observation
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ class KubeReader:
                                tls=TlsFiles(k.ca_file, k.client_cert_file, k.client_key_file))
         self.token_file = k.token_file
         self.skipped: tuple[str, ...] = ()   # of the last read's pods: those whose own policy is skip
+        self.volumes: tuple[str, ...] | None = None   # the last read's attached volumes to wait for
 
     def _get(self, path: str) -> dict[str, Any]:
         from common.http import HttpError
@@ -109,6 +112,10 @@ class KubeReader:
     def read(self) -> tuple[bool, tuple[str, ...]]:
         node = self._get(f"/api/v1/nodes/{quote(self.node)}")
         cordoned = bool(_field(node, "spec", dict, "the node").get("unschedulable"))
+        try:
+            attached, in_use = volumes.names(node)
+        except ValueError as e:
+            raise ReadError(str(e)) from None
         pods: list[dict[str, Any]] = []
         cont = ""
         for _ in range(MAX_PAGES):
@@ -120,6 +127,7 @@ class KubeReader:
             if not cont:
                 counting = pods_that_count(pods)
                 self.skipped = tuple(sorted(pod_key(p) for p in skipped_by_wish(counting)))
+                self.volumes = volumes.to_wait_for(attached, in_use, pods)
                 return cordoned, tuple(sorted(pod_key(p) for p in counting))
         raise ReadError(f"more than {MAX_PAGES} pages of pods")
 
@@ -185,6 +193,7 @@ class Observer:
         self.wanted = threading.Event()
         self.latest: Observation | None = None   # replaced whole (an atomic reference swap)
         self.worker: Supervised | None = None
+        self.volumes_seen_at = 0.0   # the last read that found attached volumes to wait for
 
     def want(self, on: bool) -> None:
         if on:
@@ -214,7 +223,11 @@ class Observer:
                     if reader is None:
                         reader = self._make()
                     cordoned, left = reader.read()
-                    self.latest = Observation(started, cordoned, left, skipped=getattr(reader, "skipped", ()))
+                    pending = getattr(reader, "volumes", None)   # None: no volumes here (Slurm)
+                    if pending:
+                        self.volumes_seen_at = started
+                    self.latest = Observation(started, cordoned, left, skipped=getattr(reader, "skipped", ()),
+                                              volumes=pending, volumes_seen_at=self.volumes_seen_at)
                 except (ReadError, OSError, ValueError) as e:
                     self.latest = Observation(started, False, None, str(e)[:300])
                 stopping.wait(READ_EVERY_S)

@@ -12,6 +12,8 @@ import math
 from typing import Any
 
 from common.notice import Notice
+from common.timefmt import format_rfc3339
+from common.verdict import PodLine
 from common.wire import DrainRecord, Step
 
 # Acks listed one by one, so an event stays small on a node of a thousand clients.
@@ -82,3 +84,24 @@ def _acks(rec: DrainRecord | None, t0: float) -> list[dict[str, Any]]:
             acks.append({"client": client, "status": ack.status, "ms": ms})
     acks.sort(key=lambda a: a["ms"])
     return acks
+
+
+def pod_lines(rec: DrainRecord | None, left: tuple[str, ...], verdict_at: float) -> tuple[list[PodLine], int]:
+    """Every pod the drain touched, with what became of it and when, and each pod ``left`` on the
+    node at the verdict as "still_there" (a pod held, then still there, keeps why it was held);
+    with how many pods there were in all (the progress message may have cut some: ``pods_cut``).
+    So an owner can tell which of its jobs to restart (aws-node-termination-handler #359)."""
+    fates = rec.pods if rec is not None else {}
+    lines: dict[str, PodLine] = {}
+    for key, fate in fates.items():
+        lines[key] = PodLine(key, fate.outcome, format_rfc3339(fate.at), fate.held)
+    at = format_rfc3339(verdict_at)
+    for key in left:
+        if "/" not in key or ":" in key:   # not a pod: "node:unreachable" and the like
+            continue
+        old = lines.get(key)
+        if old is not None and old.outcome == "skipped":
+            continue   # left in place on purpose, and said so
+        held = old.held or (old.outcome if old.outcome in ("held", "extended", "blocked") else "") if old else ""
+        lines[key] = PodLine(key, "still_there", at, held)
+    return list(lines.values()), len(lines) + (rec.pods_cut if rec is not None else 0)

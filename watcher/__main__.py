@@ -18,13 +18,14 @@ from typing import Any
 
 import zmq
 
-from common import ipc, notice_state, progress, proven, state_file, wire
+from common import ipc, notice_state, progress, proven, state_file, verdict, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
 from watcher import event_loop
+from watcher.ack_gate import AckGate
 from watcher.asyncio_import import asyncio  # first: asyncio without logging, traceback, concurrent.futures
 from watcher.boot import boot_id
 from watcher.contract_keeper import ContractKeeper
@@ -63,7 +64,8 @@ class Watcher:
         self.book, booted_in = self._load_book()
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.WATCHER_PUB)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
-        self.disconnects = ipc.Disconnects(rd, {ipc.EXECUTOR_PUB: self.progress_sub})
+        self.verdict_sub = ipc.subscriber(ctx, rd, ipc.VERIFIER_PUB, ipc.T_VERDICT)   # the ack waits for them
+        self.disconnects = ipc.Disconnects(rd, {ipc.EXECUTOR_PUB: self.progress_sub, ipc.VERIFIER_PUB: self.verdict_sub})
         self.spool = SpoolLink(ctx, config, "watcher", log)
         self.counters: dict[str, int] = {}
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
@@ -73,7 +75,7 @@ class Watcher:
         self.reports: Recorder[Report] = Recorder(lambda t, d: say(self.log, self.spool.emit, t, d), REPEAT_REPORT_S)
         self.metadata_failing = ""            # the reason while the metadata service fails
         self.metadata_wake: asyncio.Event | None = None
-        self.drained_seen: set[str] = set()   # notices whose 'done' we passed on
+        self.gate = AckGate()                 # finished drains until their verdict (watcher.ack_gate)
         self.drained_pending: list[str] = []
         self.changed = asyncio.Event()        # set: announce at the next turn of the tick loop
         # The relay's notices observed but not yet persisted, announced and reported (``flush``):
@@ -271,13 +273,14 @@ class Watcher:
                 nid, why = next(iter(refused.items()))
                 self.rejections.add(ipc.EXECUTOR_PUB, wire.BadRecord(
                     f"{len(refused)} drain record(s) refused, e.g. {nid[:64]!r}: {why}"))
-            self._on_progress(records)
-
-    def _on_progress(self, records: dict[str, wire.DrainRecord]) -> None:
-        for nid, rec in records.items():
-            if rec.state != wire.DrainState.DONE or nid in self.drained_seen:
-                continue
-            self.drained_seen.add(nid)
+            self.gate.finished(records, time.time())
+        judged: dict[str, str] = {}
+        for frames in ipc.pending(self.verdict_sub):
+            try:
+                judged.update(verdict.decode_verdict_news(ipc.decode(frames)[1]))
+            except (ipc.BadMessage, verdict.BadNews) as e:
+                self.rejections.add(ipc.VERIFIER_PUB, e)
+        for nid in self.gate.due(judged, time.time()):   # finished and judged (or waited for): acknowledge
             held = self.book.resolve(nid)
             ids = self.book.ids_of(held) if held in self.book.active else [nid]
             self.drained_pending += [i for i in ids if i not in self.drained_pending]
@@ -313,8 +316,7 @@ class Watcher:
         return out
 
     def tick(self) -> None:
-        """One turn of housekeeping: spool acks and resends, executor progress, injected notices,
-        the re-announce."""
+        """A turn: spool acks and resends, progress and verdicts (ack_gate), injected notices, the re-announce."""
         self.flush()
         self.spool.on_readable()
         self.spool.tick()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,10 +153,12 @@ def must_leave_under(rules: pod_policy.Rules | None) -> Callable[[list[dict[str,
     return must_leave
 
 
-def policy_events(plan: Plan, said: set[str]) -> list[tuple[EventType, dict[str, Any]]]:
+def policy_events(plan: Plan, said: set[str], extended: Mapping[str, float] | None = None,
+                  ) -> list[tuple[EventType, dict[str, Any]]]:
     """(event type, data) for each pod whose own policy, or what it would lose, the drain has not
     said yet (``said``: the uids already said, updated): ``drain.pod_skipped`` (left in place,
-    not counted), ``drain.pod_held`` (not sent before ``until``, still counted), and
+    not counted), ``drain.pod_held`` (not sent before ``until``, still counted; reason "extended"
+    for a pod whose workload was granted more time, ``extended``: uid -> until), and
     ``drain.pod_data_lost`` (evicted on a reclaim although its emptyDir data, or the pod itself,
     cannot come back)."""
     out: list[tuple[EventType, dict[str, Any]]] = []
@@ -174,6 +176,13 @@ def policy_events(plan: Plan, said: set[str]) -> list[tuple[EventType, dict[str,
                                            "lost": list(t.lost)}))
         else:
             out.append(("drain.pod_data_lost", {"pod": t.key, "uid": uid, "lost": list(t.lost)}))
+    # A pod whose workload was granted more time (``extended``: uid -> until), once each.
+    for uid, held_until in (extended or {}).items():
+        target = plan.targets.get(uid)
+        if target is not None and f"extended:{uid}" not in said:
+            said.add(f"extended:{uid}")
+            out.append(("drain.pod_held", {"pod": target.key, "uid": uid, "reason": "extended",
+                                           "until": format_rfc3339(held_until), "lost": []}))
     return out
 
 

@@ -292,7 +292,7 @@ class EvictionBook:
         """The calls to send now and the events they imply: at most ``slots`` (the workers) in
         flight, and no more than the server's answers allow (``limit``, AIMD)."""
         self.limit.cap(slots)
-        emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said)]
+        emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said, inputs.held_until)]
         if now.mono < self.throttled_until:
             return [], emits
         if self.past_evict_cutoff(now.wall, inputs):

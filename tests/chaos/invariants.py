@@ -29,7 +29,8 @@ import ujson
 
 # "unverified": the executor said empty, the verifier's own read of the scheduler did not agree or
 # could not be made (issue 16) -- legitimate only under a fault, like an overrun, and with its reason.
-VERDICTS = ("drain.done", "drain.overrun", "drain.unverified")
+# "volumes_attached": the node was empty in time but volumes stayed attached past the margin (issue 28).
+VERDICTS = ("drain.done", "drain.overrun", "drain.unverified", "drain.volumes_attached")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -68,6 +69,9 @@ def check_verdict(obs: Observed) -> list[str]:
         return out
     data = verdict.get("data") or {}
     out = []
+    if verdict["type"] == "drain.volumes_attached":
+        return [] if obs.overrun_allowed and data.get("volumes") else [
+            f"{obs.notice_id}: volumes_attached ({data.get('volumes')}) without a fault or without the volumes named"]
     if verdict["type"] == "drain.unverified":
         if not obs.overrun_allowed:
             out.append(f"{obs.notice_id}: unverified ({data.get('reason')!r}) without a fault that makes it legitimate")

@@ -127,11 +127,11 @@ def test_each_sender_counts_a_refused_message_where_its_counters_go(tmp_path, mo
         ex.publish()
         assert ex.rejections.counts == {"ipc.rejected.send_too_large": 1}
         v.publish()
-        assert v.rejections.counts == {"ipc.rejected.send_too_large": 1}
+        assert v.rejections.counts == {"ipc.rejected.send_too_large": 2}      # escalations and verdicts
         v.metrics_path = str(tmp_path / "sco.prom")
         v.write_metrics()
         prom = (tmp_path / "sco.prom").read_text()
-        assert 'sco_agent_rejections_total{what="ipc",reason="send_too_large"} 1' in prom
+        assert 'sco_agent_rejections_total{what="ipc",reason="send_too_large"} 2' in prom
         ex.close()
     finally:
         ctx.destroy(linger=0)

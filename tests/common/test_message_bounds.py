@@ -12,6 +12,8 @@ import time
 from common import ipc, notice_state, progress, wire
 from common.contract import BUILTIN
 from common.notice import _MAX_FIELD, CHANNELS, Notice
+from common.pod_fate import PodFate
+from common.verdict import VerdictRecord, encode_verdict_news
 from common.wire import Ack, DrainRecord, DrainState, Step
 from executor.socket_wire import MAX_NAME
 from watcher import notice_book
@@ -136,7 +138,8 @@ def worst_record(i: int, now: float) -> DrainRecord:
                        steps={s: now for s in vars(Step).values() if isinstance(s, str) and not s.startswith("_")},
                        remaining=pods, phase="evict", acks=acks, contract_serial=2 ** 62,
                        memo={"evicted": {f"uid-{j}": p for j, p in enumerate(pods * 12)}},
-                       problem=WIDE * 10000)
+                       problem=WIDE * 10000,
+                       pods={p: PodFate("evicted", now + j, WIDE * 40) for j, p in enumerate(pods)})
 
 
 def test_the_progress_message_at_its_worst_fits_and_carries_every_active_notice():
@@ -155,6 +158,30 @@ def test_the_progress_message_at_its_worst_fits_and_carries_every_active_notice(
     assert refused == {} and active <= set(kept)
     assert all(kept[nid].remaining for nid in active)
     assert body["omitted"] == len(records) - len(kept)
+    # The pods' fates: at most PODS_SENT per record, the rest counted (the verdict says how many).
+    assert all(len(r.pods) + r.pods_cut == 800 and len(r.pods) <= progress.PODS_SENT for r in kept.values())
+
+
+def test_a_record_sends_the_pod_fates_a_verdict_lists_first_and_counts_the_rest():
+    now = time.time()
+    fates = {f"ns/e{i:03d}": PodFate("evicted", now + i) for i in range(progress.PODS_SENT + 30)}
+    fates["ns/keep"] = PodFate("skipped", now + 500)
+    fates["ns/db"] = PodFate("deleted", now + 600, "pdb_blocked")
+    rec = DrainRecord(kind="reclaim", received_at=now, budget=wire.Budget.of(BUILTIN.drain), policy="drain",
+                      taint_key="sco.io/notice", remaining=[], pods=fates)
+    kept, _ = progress.decode_progress(progress.encode_progress({"n1": rec}, {"n1"}))
+    got = kept["n1"]
+    assert len(got.pods) == progress.PODS_SENT and got.pods_cut == 32
+    assert got.pods["ns/db"] == fates["ns/db"] and got.pods["ns/keep"] == fates["ns/keep"]   # never cut first
+    assert "ns/e000" in got.pods and f"ns/e{progress.PODS_SENT + 29:03d}" not in got.pods    # the earliest evicted kept, the latest cut
+
+
+def test_the_verdict_message_at_its_worst_fits():
+    """The verifier's verdicts as news name only active notices: MAX_ACTIVE ids at their longest."""
+    verdicts = {worst(f"v{i}"): VerdictRecord("volumes_attached", worst(f"v{i}"), time.time())
+                for i in range(notice_book.MAX_ACTIVE)}
+    size = payload(ipc.T_VERDICT, encode_verdict_news(verdicts, list(verdicts)))
+    assert size <= ipc.MAX_MESSAGE
 
 
 def test_a_small_progress_message_carries_records_whole_but_the_memo():

@@ -104,3 +104,21 @@ def test_a_report_of_the_scheduler_itself_is_said_not_dropped():
     sched.pending = [Announce("", "agent.thread_restarted", data), Announce("gone", "drain.error", {})]
     d.on_reports(1796000000.0, 1.0)
     assert shell.events == [("agent.thread_restarted", "", data)]
+
+
+def test_each_pod_the_drain_touches_is_in_the_record_of_every_notice_it_serves():
+    """Issue 28, point 8: the executor's events about a pod become its fate in the drain record of
+    the notice, and of the other notices the same drain serves (each verdict lists its pods)."""
+    d, sched, _ = drains()
+    first, second = notice("n1", deadline_in=120), notice("n2", deadline_in=300)
+    d.active = {"n1": first, "n2": second}
+    d.turn(first.received_at, 0.0)
+    assert set(d.records) == {"n1", "n2"}
+    gov = d.service.governing
+    sched.pending = [Announce(gov, "drain.pod_held", {"pod": "ns/job", "reason": "extended"}),
+                     Announce(gov, "drain.evicted", {"pod": "ns/job", "uid": "u1"}),
+                     Announce(gov, "drain.pod_skipped", {"pod": "ns/keep", "reason": "wish:skip"})]
+    d.on_reports(first.received_at + 1, 1.0)
+    for rec in d.records.values():
+        assert {k: (f.outcome, f.held) for k, f in rec.pods.items()} == {
+            "ns/job": ("evicted", "extended"), "ns/keep": ("skipped", "")}

@@ -25,6 +25,7 @@ from common.contract import BUILTIN
 from common.log import Logger
 from common.progress import decode_progress
 from common.runtime import SpoolLink
+from common.verdict import BadNews, decode_verdict_news
 from common.wire import LEVELS, BadRecord
 from executor.__main__ import Executor
 from spool.intake import Intake, Rejected, parse_event
@@ -90,6 +91,10 @@ escalate_bodies = st.fixed_dictionaries({}, optional={
     "notices": st.dictionaries(st.text(max_size=8), st.fixed_dictionaries(
         {"level": st.sampled_from(["checkpoint_over", "evict_over", "final", "x"]) | json_scalars},
         optional={"since": ODD_NUMBERS}) | json_values, max_size=3) | json_values})
+verdict_bodies = st.fixed_dictionaries({}, optional={
+    "notices": st.dictionaries(st.text(max_size=8), st.fixed_dictionaries(
+        {"outcome": st.sampled_from(["done", "volumes_attached", "overrun", "x"]) | json_scalars},
+        optional={"at": ODD_NUMBERS}) | json_values, max_size=3) | json_values})
 ack_bodies = st.fixed_dictionaries({}, optional={"ids": st.lists(st.text(max_size=8) | json_scalars, max_size=4)
                                                 | json_values})
 
@@ -251,6 +256,27 @@ def test_watcher_executor_feed(watcher, messages):
             return True
         return bool(refused)   # the good records in it are applied; the message is counted once
     assert after - before == sum(map(unusable, messages))   # each one counted, nothing else
+
+
+@fuzz(100)
+@given(st.lists(frames(topic_and(ipc.T_VERDICT, verdict_bodies)), min_size=1, max_size=3))
+def test_watcher_verifier_feed(watcher, messages):
+    """The verdicts an Azure acknowledgement waits for (watcher.ack_gate): each message that is not
+    one is counted once; none stops the watcher or passes a drain on that is not done."""
+    def rejected() -> int:
+        return sum(v for k, v in watcher.counters.items() if k.startswith("ipc.rejected"))
+    before = rejected()
+    watcher.verdict_sub = Feed(messages)
+    watcher.on_progress_readable()
+    assert watcher.take_drained() == []      # no drain is done: a verdict alone acknowledges nothing
+
+    def unusable(frames: list[bytes]) -> bool:
+        try:
+            decode_verdict_news(ipc.decode(frames)[1])
+        except (ipc.BadMessage, BadNews):
+            return True
+        return False
+    assert rejected() - before == sum(map(unusable, messages))
 
 
 LINK_NAMES = itertools.count()

@@ -110,6 +110,10 @@ def test_the_asked_for_panels_are_there():
         assert len(quantiles) == 3 and all("by (le)" in e for e in quantiles), h
     assert any(re.search(r"by \([^)]*\boutcome\b", e) for e in exprs["Verdicts by outcome"])
     assert any(re.search(r"by \([^)]*\breason\b", e) for e in exprs["Rejections by reason"])
+    # Issue 28, point 8: the pods the drains left in place, and those whose workload asked for more time.
+    pods = exprs["Skipped and extended pods"]
+    assert any('sco_agent_verdict_pods_total{outcome="skipped"' in e for e in pods)
+    assert any('sco_agent_verdict_pods_total{held="extended"' in e for e in pods)
 
 
 def substituted(expr: str) -> str:

@@ -11,6 +11,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from common.pod_fate import PodFate
 from tests.emulators.kube_fixture import kube_emulator
 from tests.support.drain_records import budget, record_dict
 from tests.support.notices import notice_dict
@@ -25,7 +26,9 @@ def _has_everything(fams: dict[str, Family]) -> bool:
             and value(fams, "sco_agent_rejections_total", what="notice", reason="bad_json") == 2
             and value(fams, "sco_agent_rejections_total", what="contract", reason="bad_signature") == 1
             and value(fams, "sco_agent_notice_to_empty_seconds_count") == 1
-            and value(fams, "sco_agent_notices_active") == 2)
+            and value(fams, "sco_agent_notices_active") == 2
+            and value(fams, "sco_agent_verdict_pods_total", outcome="skipped", held="none") == 1
+            and value(fams, "sco_agent_verdict_pods_total", outcome="evicted", held="extended") == 1)
 
 
 def produce(base: str) -> str:
@@ -50,7 +53,11 @@ def produce(base: str) -> str:
         # n-done: cordoned, told and empty within a second of the notice.
         peers.progress["n-done"] = record_dict(budget=started_on, received_at=done["received_at"], state="done",
                                                remaining=[], steps={"cordoned": now + 0.2, "clients_told": now + 0.3,
-                                                                    "node_empty": now + 0.5})
+                                                                    "node_empty": now + 0.5},
+                                               # The pods it touched (the verdict lists them): one left in
+                                               # place by its own policy, one evicted after an extension.
+                                               pods={"ns/keep": PodFate("skipped", now + 0.3),
+                                                     "ns/job": PodFate("evicted", now + 0.4, "extended")})
         # n-over: cordoned and told, but no client acks and a pod never leaves: overrun at the cutoff
         # (deadline - margin 2 s), held up by the checkpoint step.
         peers.progress["n-over"] = record_dict(budget=started_on, received_at=over["received_at"],

@@ -114,3 +114,45 @@ def test_the_right_shapes_read_as_before():
     assert kube_reader({"spec": {"unschedulable": True}}, {"items": [GOOD_POD], "metadata": {}}).read() == \
         (True, ("ns/p",))
     assert kube_reader({"spec": None}, {"items": None, "metadata": None}).read() == (False, ())
+
+
+def test_the_node_read_says_which_attached_volumes_a_drain_still_waits_for():
+    """Issue 28, point 6: the same GET of the node, no request added; a volume list of the wrong
+    shape refuses the read."""
+    node = {"spec": {}, "status": {"volumesAttached": [{"name": "v1", "devicePath": ""}], "volumesInUse": []}}
+    reader = kube_reader(node, {"items": [GOOD_POD], "metadata": {}})
+    reader.read()
+    assert reader.volumes == ("v1",)
+    with pytest.raises(ReadError):
+        kube_reader({"spec": {}, "status": {"volumesAttached": "v1"}}, {"items": []}).read()
+
+
+class VolumeReader:
+    """A Kubernetes reader whose node still has a volume attached for its first ``attached`` reads."""
+
+    def __init__(self, attached: int) -> None:
+        self.left, self.skipped, self.volumes = attached, (), ("v1",)
+
+    def read(self) -> tuple[bool, tuple[str, ...]]:
+        self.volumes = ("v1",) if self.left > 0 else ()
+        self.left -= 1
+        return True, ()
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_observer_says_when_it_last_saw_a_volume_to_wait_for_and_a_slurm_read_has_none():
+    seen_kube = Observer(lambda: VolumeReader(attached=2))
+    seen_kube.want(True)
+    first = wait_for(lambda: seen_kube.latest, 5, "a read")
+    assert first.volumes == ("v1",) and first.volumes_seen_at == first.at
+    gone = wait_for(lambda: seen_kube.latest if seen_kube.latest.volumes == () else None, 10, "the volume gone")
+    assert 0 < gone.volumes_seen_at < gone.at
+    seen_kube.stop()
+    slurm_like = Observer(lambda: Reader(fails=0))     # no ``volumes``: a Slurm reader's read
+    Reader.made = 0
+    slurm_like.want(True)
+    latest = wait_for(lambda: slurm_like.latest, 5, "a read")
+    assert latest.volumes is None and latest.volumes_seen_at == 0.0
+    slurm_like.stop()

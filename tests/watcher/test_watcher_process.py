@@ -9,7 +9,7 @@ import zmq
 
 from common import ipc
 from common.timefmt import format_rfc3339
-from tests.support.drain_records import record_dict
+from tests.support.drain_records import budget, record_dict
 from tests.support.nats_rig import NatsServer
 from tests.support.procutil import free_port
 from tests.support.wait import wait_for
@@ -172,14 +172,28 @@ def test_gcp_long_poll_is_heard_before_the_poll_interval(emu, rig_factory):
     wait_for(lambda: held["id"] in rig.sub.latest.get("withdrawn", []), 10, "withdrawn through the long-poll")
 
 
-def test_azure_event_is_acknowledged_once_after_the_drain(emu, rig_factory):
+def test_azure_event_is_acknowledged_once_after_the_drain_and_its_verdict(emu, rig_factory):
+    """The executor's "done" alone does not acknowledge: the acknowledgement lets Azure take the
+    machine at once, so it waits for the verifier's verdict, which waits for the node's volumes to
+    detach (issue 28, point 6). Then once, however often both are repeated."""
     rig = rig_factory(provider="azure", url=emu.url, node="vm-emu-0")
     event = emu.azure_add("Preempt", in_s=60)
     held = rig.wait_notice(lambda n: n["detail"] == "Preempt")
     executor = ipc.bind(rig.ctx, zmq.PUB, rig.run_dir, ipc.EXECUTOR_PUB)
+    verifier = ipc.bind(rig.ctx, zmq.PUB, rig.run_dir, ipc.VERIFIER_PUB)
     try:
-        def acked() -> bool:
+        def done() -> None:
             ipc.send(executor, ipc.T_PROGRESS, {"notices": {held["id"]: record_dict(state="done")}})
+
+        until = time.monotonic() + 3.0   # several polls with the drain done and no verdict yet
+        while time.monotonic() < until:
+            done()
+            time.sleep(0.2)
+        assert emu.azure_acks()["acks"] == []
+
+        def acked() -> bool:
+            done()
+            ipc.send(verifier, ipc.T_VERDICT, {"notices": {held["id"]: {"outcome": "done", "at": time.time()}}})
             return bool(emu.azure_acks()["acks"])
         wait_for(acked, 10, "the acknowledgement", interval=0.2)
         rounds = rig.sub.counters().get("duplicate.metadata", 0)
@@ -188,6 +202,29 @@ def test_azure_event_is_acknowledged_once_after_the_drain(emu, rig_factory):
             acked()
             return rig.sub.counters().get("duplicate.metadata", 0) >= rounds + 3
         wait_for(more_rounds_with_done_repeated, 10, "three more rounds", interval=0.1)
+        assert [a["event_ids"] for a in emu.azure_acks()["acks"]] == [[event]]
+    finally:
+        executor.close(0)
+        verifier.close(0)
+
+
+def test_azure_acknowledgement_without_a_verdict_waits_for_the_margin_then_goes(emu, rig_factory):
+    """A verifier that says nothing (down, restarting) holds the acknowledgement up only until the
+    margin after the node was empty (and the verifier's own read, ack_gate.VERDICT_SLACK_S): late,
+    never never."""
+    from watcher.ack_gate import VERDICT_SLACK_S
+    rig = rig_factory(provider="azure", url=emu.url, node="vm-emu-0")
+    event = emu.azure_add("Preempt", in_s=60)
+    held = rig.wait_notice(lambda n: n["detail"] == "Preempt")
+    executor = ipc.bind(rig.ctx, zmq.PUB, rig.run_dir, ipc.EXECUTOR_PUB)
+    empty_at = time.time()
+    rec = record_dict(state="done", budget=budget(1, 1, 2), steps={"node_empty": empty_at})
+    try:
+        def acked() -> bool:
+            ipc.send(executor, ipc.T_PROGRESS, {"notices": {held["id"]: rec}})
+            return bool(emu.azure_acks()["acks"])
+        wait_for(acked, 2 + VERDICT_SLACK_S + 10, "the acknowledgement", interval=0.2)
+        assert time.time() >= empty_at + 2 + VERDICT_SLACK_S   # not before the margin (and slack) passed
         assert [a["event_ids"] for a in emu.azure_acks()["acks"]] == [[event]]
     finally:
         executor.close(0)

@@ -10,6 +10,16 @@ Per-object knobs (annotations, emulator-only):
 - pod ``emulator.sco/hold-phase: "true"``: the kubelet leaves the phase alone (e.g. Pending).
 - node condition Ready=False/Unknown: that node's kubelet is dead (pods neither start nor finish).
 - PDB ``emulator.sco/frozen-status: "true"``: the disruption controller leaves its status alone.
+- pod ``emulator.sco/volume-detach: "never"``: its claims' volumes are never detached from the
+  node (a provider detach that hangs: the volume stays in ``volumesAttached`` after the pod).
+
+Volumes (``_volumes``), as the kubelet and the attach/detach controller keep them: a pod's claims
+(``persistentVolumeClaim``) are attached to its node and listed in ``node.status.volumesAttached``
+(``{"name", "devicePath"}``) and, while a pod on the node mounts them, in ``volumesInUse`` (the
+kubelet's list; the pod object goes only once its volumes are unmounted, so here with the pod);
+a volume no pod mounts any more is detached ``Options.detach_delay`` seconds later (the provider's
+detach) and leaves ``volumesAttached`` then. Names are ``kubernetes.io/csi/<driver>^<handle>``, as
+the CSI attacher's unique volume names (the handle here: ``<namespace>.<claim>``).
 """
 from __future__ import annotations
 
@@ -28,6 +38,8 @@ from .resources import NODES, PDBS, PODS
 from .store import Store
 
 TERMINATE_AFTER = "emulator.sco/terminate-after"
+VOLUME_DETACH = "emulator.sco/volume-detach"
+CSI_PREFIX = "kubernetes.io/csi/emulator.sco^"
 HOLD_PHASE = "emulator.sco/hold-phase"
 _TERMINAL = ("Succeeded", "Failed")
 
@@ -75,6 +87,14 @@ def running_status(pod: dict[str, Any], node: dict[str, Any], now: float) -> dic
     return {"phase": "Running", "conditions": conditions, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
             "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": stamp,
             "containerStatuses": containers, "qosClass": old.get("qosClass", "BestEffort")}
+
+
+def claim_volumes(pod: dict[str, Any]) -> list[str]:
+    """The unique names of the volumes ``pod``'s claims attach (``CSI_PREFIX`` + ns.claim)."""
+    ns = pod["metadata"].get("namespace", "default")
+    return [f"{CSI_PREFIX}{ns}.{v['persistentVolumeClaim'].get('claimName', '')}"
+            for v in (pod.get("spec") or {}).get("volumes") or []
+            if isinstance(v, dict) and isinstance(v.get("persistentVolumeClaim"), dict)]
 
 
 def controller_owner(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -138,6 +158,8 @@ class Controllers:
         self._options = options
         self._clock = clock
         self._since: dict[tuple[str, str], float] = {}  # (state, uid) -> first seen
+        self._unused: dict[tuple[str, str], float] = {}  # (node, volume) -> since no pod mounts it
+        self._stuck: set[str] = set()                     # volumes whose detach never completes
         self._last_rv = store.resource_version
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,6 +191,7 @@ class Controllers:
             if options.replicasets:
                 self._schedule(nodes)
             self._disruption(now)
+            self._volumes(nodes, options, now)
 
     def _replicasets(self, options: Options) -> None:
         events = self._store.events_after(self._last_rv)
@@ -224,6 +247,33 @@ class Controllers:
                                    {"metadata": {"name": meta["name"]},
                                     "status": running_status(pod, node, now)}, subresource="status")
         self._since = {k: v for k, v in self._since.items() if k[1] in live}
+
+    def _volumes(self, nodes: list[dict[str, Any]], options: Options, now: float) -> None:
+        pods, _ = self._store.snapshot(PODS)
+        mounted: dict[str, set[str]] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and (pod.get("status") or {}).get("phase") not in _TERMINAL:
+                mounted.setdefault(node, set()).update(claim_volumes(pod))
+                if _annotation(pod, VOLUME_DETACH) == "never":
+                    self._stuck.update(claim_volumes(pod))
+        for node in nodes:
+            name = node["metadata"]["name"]
+            status = node.get("status") or {}
+            in_use = mounted.get(name, set())
+            attached = {v["name"] for v in status.get("volumesAttached") or []} | in_use
+            for vol in sorted(attached - in_use):
+                since = self._unused.setdefault((name, vol), now)
+                if vol not in self._stuck and now >= since + options.detach_delay:
+                    attached.discard(vol)
+                    del self._unused[(name, vol)]
+            for vol in in_use:
+                self._unused.pop((name, vol), None)
+            want = {"volumesAttached": [{"name": v, "devicePath": ""} for v in sorted(attached)],
+                    "volumesInUse": sorted(in_use)}
+            if {k: status.get(k) or [] for k in want} != want:
+                self._store.update(NODES, "", name, {"metadata": {"name": name}, "status": {**status, **want}},
+                                   subresource="status")
 
     def _disruption(self, now: float) -> None:
         pdbs, _ = self._store.snapshot(PDBS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .controllers import HOLD_PHASE, TERMINATE_AFTER
+from .controllers import HOLD_PHASE, TERMINATE_AFTER, VOLUME_DETACH
 from .policy import FROZEN_ANNOTATION
 
 _OWNER_API = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1", "StatefulSet": "apps/v1",
@@ -57,8 +57,10 @@ def pod(name: str, node_name: str | None = None, *, namespace: str = "default",
         labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
         owner: dict[str, Any] | None = None, phase: str | None = "Running", grace: int | None = None,
         empty_dir: bool = False, mirror: bool = False, terminate_after: float | str | None = None,
-        hold_phase: bool = False, tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A pod, bound to ``node_name`` when given.
+        hold_phase: bool = False, tolerations: list[dict[str, Any]] | None = None,
+        claims: tuple[str, ...] = (), volume_detach: str | None = None) -> dict[str, Any]:
+    """A pod, bound to ``node_name`` when given; ``claims``: PersistentVolumeClaims it mounts
+    (attached to its node: controllers.py), ``volume_detach="never"``: they never detach.
 
     ``phase="Running"`` seeds it running and Ready; ``phase=None`` leaves it Pending for the
     simulated kubelet to start. ``terminate_after`` (seconds or "never") and ``hold_phase``
@@ -71,6 +73,8 @@ def pod(name: str, node_name: str | None = None, *, namespace: str = "default",
         notes[TERMINATE_AFTER] = str(terminate_after)
     if hold_phase:
         notes[HOLD_PHASE] = "true"
+    if volume_detach is not None:
+        notes[VOLUME_DETACH] = volume_detach
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
     if notes:
         meta["annotations"] = notes
@@ -86,6 +90,8 @@ def pod(name: str, node_name: str | None = None, *, namespace: str = "default",
         spec["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
     if tolerations:
         spec["tolerations"] = tolerations
+    for claim in claims:
+        spec.setdefault("volumes", []).append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
     out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
     if phase == "Running":
         out["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],

@@ -30,6 +30,9 @@ class Options:
     # Simulated ReplicaSet controller + scheduler: a deleted ReplicaSet-owned pod gets a
     # replacement, and unbound pods are bound to a schedulable node, as in a real cluster.
     replicasets: bool = True
+    # Seconds from a volume no pod on its node mounts any more to its detach being done (the
+    # provider's detach call): until then it stays in node.status.volumesAttached.
+    detach_delay: float = 0.0
     # Period of the controller loop (kubelet, disruption controller, replicasets), seconds.
     tick: float = 0.05
     # Bearer token -> user name. Empty: any request is accepted (authenticated or not).
@@ -57,7 +60,7 @@ class Options:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0")
-        for name in ("grace_cap", "start_delay", "apf_service_s"):
+        for name in ("grace_cap", "start_delay", "apf_service_s", "detach_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.tick <= 0 or self.history < 10:
@@ -71,7 +74,7 @@ class Options:
 
 # Settings a running emulator accepts through POST /_emu/options.
 RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens", "watch_lag",
-                    "apf_seats", "apf_queue", "apf_service_s")
+                    "apf_seats", "apf_queue", "apf_service_s", "detach_delay")
 
 
 def with_changes(options: Options, changes: dict[str, Any]) -> Options:
@@ -87,7 +90,7 @@ def with_changes(options: Options, changes: dict[str, Any]) -> Options:
             typed[key] = value
         elif key in ("apf_seats", "apf_queue"):
             typed[key] = value   # checked by __post_init__
-        elif key in ("grace_cap", "start_delay", "apf_service_s"):
+        elif key in ("grace_cap", "start_delay", "apf_service_s", "detach_delay"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{key} must be a number")
             typed[key] = float(value)

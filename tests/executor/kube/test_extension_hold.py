@@ -39,3 +39,18 @@ def test_without_a_grant_the_window_end_releases_the_pod():
     b = book([pod("slow")])
     held = Inputs(held=frozenset({uid("slow")}))
     assert names(send(b, D.checkpoint_by, held)[0]) == ["slow"]
+
+
+def test_an_extended_pod_is_said_held_once_so_the_verdict_can_name_it():
+    """Issue 28, point 8: ``drain.pod_held`` with reason "extended" (the verdict's timeline lists
+    the pod as extended, the Grafana panel counts it), once however many turns the grant holds."""
+    from common.timefmt import format_rfc3339
+
+    b = book([pod("slow"), pod("other")])
+    grant = Inputs(held_until={uid("slow"): D.checkpoint_by + 20})
+    _, emits = b.next_actions(at(T0), grant, 4)
+    held = [e.data for e in emits if e.event == "drain.pod_held"]
+    assert held == [{"pod": "default/slow", "uid": uid("slow"), "reason": "extended",
+                     "until": format_rfc3339(D.checkpoint_by + 20), "lost": []}]
+    _, emits = b.next_actions(at(T0 + 1), grant, 4)
+    assert not [e for e in emits if e.event == "drain.pod_held"]
