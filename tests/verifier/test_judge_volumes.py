@@ -79,4 +79,4 @@ def test_a_cordon_only_drain_evicted_nothing_and_waits_for_no_volume():
     from common.wire import DrainState
     rec = dataclasses.replace(EMPTY_AT_30, state=DrainState.CORDONED_ONLY, steps={"cordoned": 2.0})
     v = judge(CLOCK, rec, 30.0, now=3.2, seen=seen(3.0, (VOL,), 3.0))
-    assert v.outcome == "done" and v.detach_ms is None
+    assert v.outcome == "cordoned" and v.detach_ms is None
