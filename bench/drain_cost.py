@@ -102,8 +102,8 @@ def one_round(kube: Any, r: int, drains: int, pods: int, pdbs: int, namespaces: 
         fill(kube, node, f"c{r}x{d}", pods, pdbs, namespaces)
     requests: list[tuple[str, str, int]] = []
     reports: list[Report] = []
-    before_threads = threading.active_count()
     sampler = ThreadPeak().start()
+    before_threads = threading.active_count()
     cpu0, t0 = cpu_s(), time.perf_counter()
     runners = [DrainRunner(spec_for(node), agent_api(kube, node, requests), reports.append).start() for node in nodes]
     deadline = time.monotonic() + TIMEOUT_S

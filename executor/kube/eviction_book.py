@@ -50,7 +50,17 @@ from common.pod_policy import Rules
 from common.wire import PhaseEnds
 from executor.kube import pacing
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
-from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for, policy_events
+from executor.kube.drain_plan import (
+    EMPTY_PLAN,
+    Covering,
+    Lane,
+    Plan,
+    PodMemo,
+    Target,
+    drain_plan,
+    grace_for,
+    policy_events,
+)
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -181,6 +191,7 @@ class EvictionBook:
         self.limit = pacing.ConcurrencyLimit(1 << 16)   # capped by next_actions' slots (the workers)
         self._plan_key: tuple[Any, ...] | None = None
         self._covering: Covering = {}
+        self._judged: PodMemo = {}                 # each pod version's place in the plan (drain_plan)
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
         self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
         self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
@@ -197,7 +208,7 @@ class EvictionBook:
         self.gate.update(budgets, None if now is None else now.mono)
         freed: set[str] = set()
         for uid, st in self.states.items():
-            if uid not in self.plan.targets and st.phase != IN_FLIGHT:
+            if uid not in self.plan.targets and st.phase not in (IN_FLIGHT, GONE):
                 if st.phase != GONE and uid in self.targets:
                     freed.add(self.targets[uid].lane)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
@@ -220,7 +231,8 @@ class EvictionBook:
         if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
             if self._plan_key is None or key[1] != self._plan_key[1]:
                 self._covering = {}   # the PDBs changed: match their selectors again
-            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules), key
+                self._judged = {}
+            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules, self._judged), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
         for uid, t in self.plan.targets.items():

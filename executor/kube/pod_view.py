@@ -37,7 +37,7 @@ class PodView:
     resource_version: str = ""
     synced: bool = False
     changes: int = 0          # bumped by every change the view saw (the runner re-plans on it)
-    listed_at: float = float("-inf")   # set by the ListWatcher: when the list behind it was sent
+    listed_at: float = float("-inf")   # set by its watch (drain_io): when the list behind it was sent
 
     def reset(self, pods: list[dict[str, Any]], resource_version: str) -> None:
         self.pods = {_uid(p): p for p in pods if self._ours(p)}

@@ -1,0 +1,532 @@
+"""Every watch and every eviction of one drain, on the drain's own thread (adapter: sockets, a selector).
+
+A drain used to be a coordinator thread, a thread per watch (the node's pods, each namespace's
+PDBs) and up to 8 eviction workers: 11 threads for a node whose pods are in 3 namespaces, some
+3,500 for the 500 agents of bench.fleet's one process, where every watch event paid for the GIL
+and the context switches of all the others (docs/kubernetes.md, "API load"). Now the drain's one
+thread waits in ``DrainIO.poll`` on one selector for whatever comes first: bytes of a watch, the
+answer to an eviction, a retry or a deadline falling due, or a wake-up from the executor's loop
+(new inputs, stop) through a pipe. However many PDBs, namespaces and pods, a drain is one thread.
+
+Sockets are made as ``http.client`` makes them (the client's host, port, TLS context and SNI) but
+never block: connect, TLS handshake, send and receive each go as far as the socket allows (``Conn``),
+and the bytes go to ``http_feed.ResponseFeed``. Every exchange is bounded: an eviction by the
+client's ``timeout_s`` from connect to last byte (as ``common.http``), a watch by
+``WATCH_TIMEOUT_S`` + 15 s without a byte. Lists -- a watch's first, a relist after 410, the
+empty node's confirming LIST -- stay blocking calls of the drain's ``KubeApi`` (``common.http``,
+one deadline each): rare, and each bounded.
+
+A watch (``Watch``): list, then watch from the list's resourceVersion; when the server ends the
+watch, watch again from the last resourceVersion seen; on 410 Gone (or any ERROR event) list
+again, at most once per ``RELIST_MIN_S``. A throttled answer waits the server's Retry-After
+with jitter (``pacing.throttled_delay``); no answer, or a refusal, ``pacing.error_delay``.
+Meanwhile ``read`` raises the failure, so the drain's own handling of a server that is down sees
+it as a failed list. An exception nobody foresaw (an event the view cannot apply) is a crash of
+that watch alone, never a silent end: counted, kept as a ``common.supervise.Crash`` for the drain
+to say (``agent.thread_restarted``), ``read`` raises ``WatchCrashed`` until the watch has listed
+afresh after ``common.supervise.pause_for``. An exception in the loop itself ends the drain's
+thread, which the scheduler restarts (``KubeScheduler._restart_pause``).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import selectors
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from common.http import HttpClient
+from common.supervise import HEALTHY_AFTER_S, Crash, pause_for
+from executor.kube import pacing
+from executor.kube.answers import answer_of
+from executor.kube.api import CredentialsRefused, KubeApi, KubeError, Throttled, Unreachable
+from executor.kube.eviction_book import Action, Answer
+from executor.kube.http_feed import FeedError, ResponseFeed
+from executor.kube.pod_view import RELIST
+
+WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
+WATCH_QUIET_S = WATCH_TIMEOUT_S + 15.0   # no byte for this long: the watch is cut and resumed
+RELIST_MIN_S = 1.0        # never list more often than this
+RETRY_S = 1.0             # a watch the server cut at once waits this before the next
+READ_MAX = 1 << 20        # bytes read from one socket per wake-up: the others get their turn
+IDLE_MAX = 8              # kept-alive eviction connections kept for the next ones
+
+
+class View(Protocol):
+    resource_version: str
+    listed_at: float   # the monotonic time the list behind the view was sent
+
+    def reset(self, items: list[dict[str, Any]], resource_version: str) -> None: ...
+
+    def apply(self, event: dict[str, Any]) -> str: ...
+
+
+V = TypeVar("V", bound=View)
+Listed = tuple[list[dict[str, Any]], str]
+
+
+class Conn:
+    """One connection to the API server that never blocks: each ``step`` goes as far as it can."""
+
+    def __init__(self, http: HttpClient) -> None:
+        self._host, self._port, self._tls = http.host, http.port, http.tls
+        self.sock: socket.socket | None = None
+        self.fd = -1
+        self.stage = ""        # connect | handshake | send | recv
+        self._want = selectors.EVENT_WRITE
+        self._out = b""
+        self.feed = ResponseFeed()
+        self.eof = False
+
+    def begin(self, request: bytes, feed: ResponseFeed) -> None:
+        """Send ``request`` (connecting first if need be), its answer to ``feed``. Raises OSError."""
+        self._out, self.feed, self.eof = request, feed, False
+        if self.sock is not None:
+            self.stage = "send"
+            return
+        family, kind, proto, _, addr = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        self.sock, self.fd, self.stage = sock, sock.fileno(), "connect"
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # as http.client does
+        err = sock.connect_ex(addr)
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            raise OSError(err, os.strerror(err))
+
+    def interest(self) -> int:
+        if self.stage in ("connect", "send"):
+            return selectors.EVENT_WRITE
+        return self._want if self.stage == "handshake" else selectors.EVENT_READ
+
+    def step(self) -> None:
+        """Raises OSError (no answer) or FeedError (not HTTP)."""
+        if self.sock is None:
+            raise ConnectionAbortedError("closed")
+        if self.stage == "connect" and not self._connected(self.sock):
+            return
+        if self.stage == "handshake" and not self._handshake(self.sock):
+            return
+        if self.stage == "send" and not self._send(self.sock):
+            return
+        self._receive(self.sock)
+
+    def _connected(self, sock: socket.socket) -> bool:
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
+        try:
+            sock.getpeername()
+        except OSError:
+            return False   # still connecting
+        if self._tls is not None:
+            self.sock = self._tls.wrap_socket(sock, server_hostname=self._host, do_handshake_on_connect=False)
+            self.stage = "handshake"
+        else:
+            self.stage = "send"
+        return True
+
+    def _handshake(self, sock: socket.socket) -> bool:
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._want = selectors.EVENT_READ
+            return False
+        except ssl.SSLWantWriteError:
+            self._want = selectors.EVENT_WRITE
+            return False
+        self.stage = "send"
+        return True
+
+    def _send(self, sock: socket.socket) -> bool:
+        while self._out:
+            try:
+                sent = sock.send(self._out)
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return False
+            self._out = self._out[sent:]
+        self.stage = "recv"
+        return True
+
+    def _receive(self, sock: socket.socket) -> None:
+        got = 0
+        while got < READ_MAX and not (self.feed.complete or self.feed.refused or self.eof):
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            if not data:
+                self.eof = True
+                self.feed.closed()
+                return
+            got += len(data)
+            self.feed.feed(data)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock, self.fd = None, -1
+
+
+class Watch(Generic[V]):
+    """One list + watch and the view it keeps (``list_at(api)``: (items, resourceVersion);
+    ``path_at(api, rv, timeout_s)``: the watch's path; ``new_view(api)``: an empty view).
+    ``initial``: a list already made, sent at ``initial_at`` (monotonic): watch from it."""
+
+    def __init__(self, name: str, list_at: Callable[[KubeApi], Listed],
+                 path_at: Callable[[KubeApi, str, int], str], new_view: Callable[[KubeApi], V], *,
+                 initial: Listed | None = None, initial_at: float = float("-inf")) -> None:
+        self.name = name
+        self.list_at, self.path_at, self.new_view = list_at, path_at, new_view
+        self.initial, self.initial_at = initial, initial_at
+        self.view: V | None = None
+        self.failure: Exception | None = None
+        self.conn: Conn | None = None
+        self.path = ""
+        self.counted = False
+        self.relist = True
+        self.next_at = float("-inf")     # MonoTime: when to list or watch again (while not open)
+        self.last_list = float("-inf")
+        self.opened_at = self.heard_at = float("-inf")
+        self.errors = self.throttles = 0
+        self.in_a_row = 0                # crashes in a row
+        self.restarts = 0
+        self.lists = self.watches = 0
+
+    def read(self, fn: Callable[[V], Any]) -> Any:
+        """``fn(view)`` (None before the first list); raises the last failure (Unreachable, KubeError)
+        while the watch has not been answered since."""
+        if self.failure is not None:
+            raise self.failure
+        return fn(self.view) if self.view is not None else None
+
+
+@dataclass(slots=True)
+class Flight:
+    uid: str
+    method: str
+    path: str
+    sent_at: float     # MonoTime
+    deadline: float    # MonoTime
+
+
+class DrainIO:
+    """The drain's selector: its watches, its evictions in flight, and the loop's wake-ups."""
+
+    def __init__(self, api: KubeApi, clock: Callable[[], float] = time.monotonic,
+                 rand: Callable[[], float] = random.random) -> None:
+        self.api = api   # the drain's client: lists, discovery, the server's address and identity
+        self._clock, self._rand = clock, rand
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self.watches: list[Watch[Any]] = []
+        self._flights: dict[int, tuple[Conn, Flight]] = {}   # by fd
+        self._watch_fds: dict[int, Watch[Any]] = {}
+        self._idle: dict[int, Conn] = {}
+        self._answers: list[tuple[str, Answer]] = []
+        self._changed = False
+        self._crashes: list[Crash] = []
+
+    # -- from any thread -------------------------------------------------------------------
+    def wake(self) -> None:
+        """Make ``poll`` return now (the loop's new inputs, a stop)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass   # full (a wake-up is pending anyway) or closed (the drain has ended)
+
+    # -- the drain's thread ------------------------------------------------------------------
+    def add(self, watch: Watch[V]) -> Watch[V]:
+        if watch.initial is not None:
+            self._fill(watch, watch.initial, watch.initial_at)
+            watch.initial, watch.last_list, watch.relist = None, self._clock(), False
+        self.watches.append(watch)
+        self._service(watch, self._clock())
+        return watch
+
+    def in_flight(self) -> int:
+        return len(self._flights)
+
+    def take_crashes(self) -> list[Crash]:
+        out, self._crashes = self._crashes, []
+        return out
+
+    def send(self, action: Action) -> None:
+        """Send one eviction (or delete); its answer comes out of a later ``poll``."""
+        sent = self._clock()
+        try:
+            method, path, body = self.api.pod_call(action.op, action.pod, action.grace_s)
+            request = self.api.wire(method, path, body)
+        except Exception as e:  # noqa: BLE001 -- NotOwnNode, EvictionUnsupported, discovery: answered
+            error = e
+            self._answers.append((action.uid, answer_of(_raise(error), sent, self._clock())))
+            return
+        conn = self._reuse()
+        flight = Flight(action.uid, method, path, sent, sent + self.api.http.timeout_s)
+        try:
+            conn.begin(request, ResponseFeed(max_body=self.api.http.max_body))
+            conn.step()
+        except (OSError, FeedError) as e:
+            self._lost(conn, flight, e)
+            return
+        self._flights[conn.fd] = (conn, flight)
+        self._sel.register(conn.fd, conn.interest(), None)
+        if conn.feed.complete:
+            self._land(conn.fd)
+
+    def poll(self, timeout_s: float) -> tuple[list[tuple[str, Answer]], bool]:
+        """Wait at most ``timeout_s`` for something to happen; (answers that came, did anything change)."""
+        now = self._clock()
+        wait = max(0.0, min(timeout_s, self._next_due(now) - now))
+        if not (self._answers or self._changed):
+            for key, _ in self._sel.select(wait):
+                self._ready(key.fd)
+        now = self._clock()
+        for w in self.watches:
+            if w.conn is None and w.next_at <= now:
+                self._service(w, now)
+            elif w.conn is not None and now - w.heard_at >= WATCH_QUIET_S:
+                self._close_watch(w)   # silent too long: resume from the last resourceVersion
+                w.next_at = now
+        for fd, (conn, flight) in list(self._flights.items()):
+            if now >= flight.deadline:
+                self._unregister(fd)
+                del self._flights[fd]
+                self._lost(conn, flight, TimeoutError(f"no complete answer within {self.api.http.timeout_s:g} s"))
+        answers, self._answers = self._answers, []
+        changed, self._changed = self._changed, False
+        return answers, changed
+
+    def close(self) -> None:
+        for w in self.watches:
+            self._close_watch(w)
+        for fd, (conn, _) in list(self._flights.items()):
+            self._unregister(fd)
+            conn.close()
+        for fd, conn in list(self._idle.items()):
+            self._unregister(fd)
+            conn.close()
+        self._flights.clear()
+        self._idle.clear()
+        self._sel.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # -- inside ------------------------------------------------------------------------------
+    def _next_due(self, now: float) -> float:
+        due = [w.next_at if w.conn is None else w.heard_at + WATCH_QUIET_S for w in self.watches]
+        due += [f.deadline for _, f in self._flights.values()]
+        return min(due, default=now + 3600.0)
+
+    def _ready(self, fd: int) -> None:
+        if fd == self._wake_r:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+            self._changed = True
+        elif fd in self._flights:
+            self._on_flight(fd)
+        elif fd in self._watch_fds:
+            self._on_watch(self._watch_fds[fd])
+        elif fd in self._idle:   # the server closed a kept-alive connection (or sent what nobody asked)
+            self._unregister(fd)
+            self._idle.pop(fd).close()
+
+    def _unregister(self, fd: int) -> None:
+        try:
+            self._sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+
+    def _reuse(self) -> Conn:
+        if self._idle:
+            fd, conn = self._idle.popitem()
+            self._unregister(fd)
+            return conn
+        return Conn(self.api.http)
+
+    # -- evictions ---------------------------------------------------------------------------
+    def _on_flight(self, fd: int) -> None:
+        conn, flight = self._flights[fd]
+        try:
+            conn.step()
+        except (OSError, FeedError) as e:
+            self._unregister(fd)
+            del self._flights[fd]
+            self._lost(conn, flight, e)
+            return
+        if conn.feed.complete:
+            self._land(fd)
+        else:
+            self._sel.modify(fd, conn.interest(), None)
+
+    def _land(self, fd: int) -> None:
+        conn, flight = self._flights.pop(fd)
+        feed = conn.feed
+        self._unregister(fd)
+        now = self._clock()
+        body = bytes(feed.body)
+        self._answers.append((flight.uid, answer_of(
+            lambda: self.api.settle(flight.method, flight.path, feed.status, feed.headers, body), flight.sent_at, now)))
+        if feed.keep_alive and len(self._idle) < IDLE_MAX and conn.fd >= 0:
+            self._idle[conn.fd] = conn
+            self._sel.register(conn.fd, selectors.EVENT_READ, None)
+        else:
+            conn.close()
+
+    def _lost(self, conn: Conn, flight: Flight, e: Exception) -> None:
+        """No answer (refused, reset, timeout) or not HTTP: the call failed as ``common.http`` says it."""
+        conn.close()
+        self.api._count(flight.method, flight.path, 0)
+        what = f"{flight.method} {flight.path}"
+        error: Exception
+        if isinstance(e, ssl.SSLCertVerificationError):
+            error = CredentialsRefused(0, "TLSVerificationFailed", f"{what}: {e}"[:500])
+        else:
+            error = Unreachable(f"{what}: {type(e).__name__}: {e}")
+        self._answers.append((flight.uid, answer_of(_raise(error), flight.sent_at, self._clock())))
+
+    # -- watches -------------------------------------------------------------------------------
+    def _fill(self, w: Watch[Any], listed: Listed, listed_at: float) -> None:
+        view = w.new_view(self.api)
+        view.reset(*listed)
+        view.listed_at = listed_at
+        w.view, w.failure = view, None
+        self._changed = True
+
+    def _fail(self, w: Watch[Any], e: Exception, now: float) -> None:
+        self._close_watch(w)
+        w.failure = e
+        self._changed = True
+        if isinstance(e, Throttled):
+            w.throttles += 1
+            w.next_at = now + pacing.throttled_delay(w.throttles, e.retry_after, self._rand)
+            return
+        # 410 as an HTTP status (not an ERROR event) also means: list again.
+        w.relist = w.relist or (isinstance(e, KubeError) and e.status == 410)
+        w.errors += 1
+        w.next_at = now + pacing.error_delay(w.errors, self._rand)
+
+    def _crash(self, w: Watch[Any], e: Exception, now: float) -> None:
+        """What nobody foresaw: this watch alone starts again, listing afresh, after a growing pause."""
+        self._close_watch(w)
+        w.in_a_row = 1 if now - w.last_list >= HEALTHY_AFTER_S else w.in_a_row + 1
+        w.restarts += 1
+        crash = Crash(f"watch-{w.name}", f"{type(e).__name__}: {e}"[:300], w.restarts, pause_for(w.in_a_row))
+        self._crashes.append(crash)
+        w.failure = KubeError(0, "WatchCrashed", f"the {crash.thread} watch ended on {crash.error}; "
+                                                 f"restarted in {crash.pause_s:g} s, listing afresh")
+        w.relist, w.next_at = True, now + crash.pause_s
+        self._changed = True
+
+    def _service(self, w: Watch[Any], now: float) -> None:
+        """List (if it must) and open the watch: the blocking part of a watch, bounded by the client."""
+        try:
+            if w.relist:
+                if now < w.last_list + RELIST_MIN_S:
+                    w.next_at = w.last_list + RELIST_MIN_S
+                    return
+                w.last_list = now
+                w.lists += 1
+                self._fill(w, w.list_at(self.api), now)
+                w.relist = False
+            self._open(w, now)
+        except (Unreachable, KubeError) as e:
+            self._fail(w, e, now)
+        except Exception as e:  # noqa: BLE001 -- an answer nobody foresaw: that watch restarts, said
+            self._crash(w, e, now)
+
+    def _open(self, w: Watch[Any], now: float) -> None:
+        assert w.view is not None
+        w.path = w.path_at(self.api, w.view.resource_version, WATCH_TIMEOUT_S)
+        conn = Conn(self.api.http)
+        w.watches += 1
+        w.counted = False
+        try:
+            conn.begin(self.api.wire("GET", w.path), ResponseFeed(stream=True))
+            conn.step()
+        except (OSError, FeedError) as e:
+            conn.close()
+            self.api._count("WATCH", w.path, 0)
+            raise Unreachable(f"GET {w.path}: {type(e).__name__}: {e}") from None
+        w.conn, w.opened_at, w.heard_at = conn, now, now
+        self._watch_fds[conn.fd] = w
+        self._sel.register(conn.fd, conn.interest(), None)
+        self._take(w, now)
+
+    def _close_watch(self, w: Watch[Any]) -> None:
+        conn, w.conn = w.conn, None
+        if conn is not None:
+            self._watch_fds.pop(conn.fd, None)
+            self._unregister(conn.fd)
+            conn.close()
+
+    def _on_watch(self, w: Watch[Any]) -> None:
+        now = self._clock()
+        conn = w.conn
+        assert conn is not None
+        try:
+            try:
+                conn.step()
+            except (OSError, FeedError) as e:
+                if not conn.feed.head_done:
+                    self.api._count("WATCH", w.path, 0)
+                    self._fail(w, Unreachable(f"GET {w.path}: {type(e).__name__}: {e}"), now)
+                    return
+                conn.eof = True   # broken mid-stream: resume from the last resourceVersion seen
+            w.heard_at = now
+            self._take(w, now)
+        except (Unreachable, KubeError) as e:
+            self._fail(w, e, now)
+        except Exception as e:  # noqa: BLE001 -- an event nobody foresaw: that watch restarts, said
+            self._crash(w, e, now)
+
+    def _take(self, w: Watch[Any], now: float) -> None:
+        """What the watch's connection has brought: its head, its events, its end."""
+        conn = w.conn
+        assert conn is not None and w.view is not None
+        feed = conn.feed
+        if not feed.head_done:
+            self._sel.modify(conn.fd, conn.interest(), None)
+            return
+        if not w.counted:
+            w.counted = True
+            if feed.status == 200:
+                self.api._count("WATCH", w.path, 200)
+                w.failure, w.errors, w.throttles = None, 0, 0
+                self._changed = True
+        if feed.status != 200:
+            if feed.complete or conn.eof:
+                self.api.settle("WATCH", w.path, feed.status, feed.headers, bytes(feed.body), ok=())
+            else:
+                self._sel.modify(conn.fd, conn.interest(), None)
+            return
+        for event in feed.take_events():
+            self._changed = True
+            if w.view.apply(event) == RELIST:
+                self._close_watch(w)
+                w.relist, w.next_at = True, now
+                return
+        if feed.refused:   # garbage from the server: said (drain.list_failed), then resumed
+            raise KubeError(0, "WatchRefused", f"GET {w.path}: {feed.refused}")
+        if conn.eof or feed.complete:   # the server ended the watch: resume from here
+            self._close_watch(w)
+            w.next_at = now + (RETRY_S if now - w.opened_at < RELIST_MIN_S else 0.0)
+        else:
+            self._sel.modify(conn.fd, conn.interest(), None)
+
+
+def _raise(error: Exception) -> Callable[[], None]:
+    def call() -> None:
+        raise error
+    return call
