@@ -62,6 +62,7 @@ from executor.scheduler import (
 IDLE_TURN_S = 1.0   # with no change (watches and new inputs wake the drain), replan this often
 RETRY_S = 0.5              # between attempts of a node step that failed
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
+COALESCE_S = 0.02          # after a change, what else comes this soon is heard before the replan
 THREADS = 1                # a drain's threads, whatever it drains (the benches count against it)
 
 
@@ -320,17 +321,27 @@ class DrainRunner(AroundTheServer):
                 return
             due = book.next_due()
             wake = until if due is None else max(at.mono, min(until, due))
-            answers, changed = io.poll(max(0.0, wake - at.mono))
-            for crash in io.take_crashes():
-                self._report(Announce(self.spec.notice_id, "agent.thread_restarted", {
-                    "thread": f"drain-{self.spec.notice_id[:16]}/{crash.thread}", "error": crash.error,
-                    "restarts": crash.restarts, "pause_s": crash.pause_s}))
-            for uid, answer in answers:
-                self._take_answer(book, uid, answer)
-            if self._stop.is_set():
-                raise Stopped()
-            if changed:
+            if self._heard(book, io, max(0.0, wake - at.mono)):
+                # A change comes in a burst (a pod's deletion, its PDB's new status, the next pod's):
+                # hear the rest of it before the replan, so one replan serves the burst.
+                settle = mono() + COALESCE_S
+                while (left := settle - mono()) > 0:
+                    self._heard(book, io, left)
                 return
+
+    def _heard(self, book: EvictionBook, io: DrainIO, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` for the drain's sockets; the answers to the book, the watches'
+        crashes said; True if a watch saw a change (or the loop's inputs did)."""
+        answers, changed = io.poll(timeout_s)
+        for crash in io.take_crashes():
+            self._report(Announce(self.spec.notice_id, "agent.thread_restarted", {
+                "thread": f"drain-{self.spec.notice_id[:16]}/{crash.thread}", "error": crash.error,
+                "restarts": crash.restarts, "pause_s": crash.pause_s}))
+        for uid, answer in answers:
+            self._take_answer(book, uid, answer)
+        if self._stop.is_set():
+            raise Stopped()
+        return changed
 
     def _take_answer(self, book: EvictionBook, uid: str, answer: Answer) -> None:
         if answer.outcome == "unreachable":
