@@ -35,6 +35,7 @@ import random
 import selectors
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -227,6 +228,8 @@ class DrainIO:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._wake_lock = threading.Lock()
+        self._closed = False
         self.watches: list[Watch[Any]] = []
         self._flights: dict[int, tuple[Conn, Flight]] = {}   # by fd
         self._watch_fds: dict[int, Watch[Any]] = {}
@@ -238,10 +241,13 @@ class DrainIO:
     # -- from any thread -------------------------------------------------------------------
     def wake(self) -> None:
         """Make ``poll`` return now (the loop's new inputs, a stop)."""
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass   # full (a wake-up is pending anyway) or closed (the drain has ended)
+        with self._wake_lock:   # never a write to the pipe's number once closed (it may be reused)
+            if self._closed:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass   # full: a wake-up is pending anyway
 
     # -- the drain's thread ------------------------------------------------------------------
     def add(self, watch: Watch[V]) -> Watch[V]:
@@ -317,8 +323,10 @@ class DrainIO:
         self._flights.clear()
         self._idle.clear()
         self._sel.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._wake_lock:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     # -- inside ------------------------------------------------------------------------------
     def _next_due(self, now: float) -> float:
