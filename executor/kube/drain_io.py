@@ -167,6 +167,8 @@ class Conn:
                 return
             got += len(data)
             self.feed.feed(data)
+            if len(data) < 65536 and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                return   # drained (the selector is level-triggered: more later wakes it again)
 
     def close(self) -> None:
         if self.sock is not None:
