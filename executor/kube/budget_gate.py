@@ -89,7 +89,7 @@ def _key(pdb: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class PdbView:
-    """One namespace's PDBs as a list + watch keeps them (the ``drain_io.View`` protocol)."""
+    """One namespace's PDBs as a list + watch keeps them (the ``watch.View`` protocol)."""
 
     pdbs: dict[str, dict[str, Any]] = field(default_factory=dict)    # by "ns/name"
     accounted: dict[str, frozenset[str]] = field(default_factory=dict)

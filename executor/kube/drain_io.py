@@ -1,7 +1,7 @@
 """Every watch and every eviction of one drain, on the drain's own thread (adapter: sockets, a selector).
 
 A drain used to be a coordinator thread, a thread per watch (the node's pods, each namespace's
-PDBs) and up to 8 eviction workers: 11 threads for a node whose pods are in 3 namespaces, some
+PDBs) and up to 8 eviction workers: 14 threads for a node whose pods are in 3 namespaces, some
 3,500 for the 500 agents of bench.fleet's one process, where every watch event paid for the GIL
 and the context switches of all the others (docs/kubernetes.md, "API load"). Now the drain's one
 thread waits in ``DrainIO.poll`` on one selector for whatever comes first: bytes of a watch, the
@@ -9,7 +9,7 @@ answer to an eviction, a retry or a deadline falling due, or a wake-up from the 
 (new inputs, stop) through a pipe. However many PDBs, namespaces and pods, a drain is one thread.
 
 Sockets are made as ``http.client`` makes them (the client's host, port, TLS context and SNI) but
-never block: connect, TLS handshake, send and receive each go as far as the socket allows (``Conn``),
+never block: connect, TLS handshake, send and receive each go as far as the socket allows (``conn``),
 and the bytes go to ``http_feed.ResponseFeed``. Every exchange is bounded: an eviction by the
 client's ``timeout_s`` from connect to last byte (as ``common.http``), a watch by
 ``WATCH_TIMEOUT_S`` + 15 s without a byte. Lists -- a watch's first, a relist after 410, the
@@ -29,184 +29,33 @@ thread, which the scheduler restarts (``KubeScheduler._restart_pause``).
 """
 from __future__ import annotations
 
-import errno
 import os
 import random
 import selectors
-import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
-from common.http import HttpClient
 from common.supervise import HEALTHY_AFTER_S, Crash, pause_for
 from executor.kube import pacing
 from executor.kube.answers import answer_of
 from executor.kube.api import CredentialsRefused, KubeApi, KubeError, Throttled, Unreachable
+from executor.kube.conn import Conn
 from executor.kube.eviction_book import Action, Answer
 from executor.kube.http_feed import FeedError, ResponseFeed
 from executor.kube.pod_view import RELIST
+from executor.kube.watch import Listed, V, Watch
 
 WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
 WATCH_QUIET_S = WATCH_TIMEOUT_S + 15.0   # no byte for this long: the watch is cut and resumed
 RELIST_MIN_S = 1.0        # never list more often than this
 RETRY_S = 1.0             # a watch the server cut at once waits this before the next
-READ_MAX = 1 << 20        # bytes read from one socket per wake-up: the others get their turn
 IDLE_MAX = 8              # kept-alive eviction connections kept for the next ones
 
 
-class View(Protocol):
-    resource_version: str
-    listed_at: float   # the monotonic time the list behind the view was sent
-
-    def reset(self, items: list[dict[str, Any]], resource_version: str) -> None: ...
-
-    def apply(self, event: dict[str, Any]) -> str: ...
-
-
-V = TypeVar("V", bound=View)
-Listed = tuple[list[dict[str, Any]], str]
-
-
-class Conn:
-    """One connection to the API server that never blocks: each ``step`` goes as far as it can."""
-
-    def __init__(self, http: HttpClient) -> None:
-        self._host, self._port, self._tls = http.host, http.port, http.tls
-        self.sock: socket.socket | None = None
-        self.fd = -1
-        self.stage = ""        # connect | handshake | send | recv
-        self._want = selectors.EVENT_WRITE
-        self._out = b""
-        self.feed = ResponseFeed()
-        self.eof = False
-
-    def begin(self, request: bytes, feed: ResponseFeed) -> None:
-        """Send ``request`` (connecting first if need be), its answer to ``feed``. Raises OSError."""
-        self._out, self.feed, self.eof = request, feed, False
-        if self.sock is not None:
-            self.stage = "send"
-            return
-        family, kind, proto, _, addr = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-        self.sock, self.fd, self.stage = sock, sock.fileno(), "connect"
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # as http.client does
-        err = sock.connect_ex(addr)
-        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
-            raise OSError(err, os.strerror(err))
-
-    def interest(self) -> int:
-        if self.stage in ("connect", "send"):
-            return selectors.EVENT_WRITE
-        return self._want if self.stage == "handshake" else selectors.EVENT_READ
-
-    def step(self) -> None:
-        """Raises OSError (no answer) or FeedError (not HTTP)."""
-        if self.sock is None:
-            raise ConnectionAbortedError("closed")
-        if self.stage == "connect" and not self._connected(self.sock):
-            return
-        if self.stage == "handshake" and not self._handshake(self.sock):
-            return
-        if self.stage == "send" and not self._send(self.sock):
-            return
-        self._receive(self.sock)
-
-    def _connected(self, sock: socket.socket) -> bool:
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            raise OSError(err, os.strerror(err))
-        try:
-            sock.getpeername()
-        except OSError:
-            return False   # still connecting
-        if self._tls is not None:
-            self.sock = self._tls.wrap_socket(sock, server_hostname=self._host, do_handshake_on_connect=False)
-            self.stage = "handshake"
-        else:
-            self.stage = "send"
-        return True
-
-    def _handshake(self, sock: socket.socket) -> bool:
-        assert isinstance(sock, ssl.SSLSocket)
-        try:
-            sock.do_handshake()
-        except ssl.SSLWantReadError:
-            self._want = selectors.EVENT_READ
-            return False
-        except ssl.SSLWantWriteError:
-            self._want = selectors.EVENT_WRITE
-            return False
-        self.stage = "send"
-        return True
-
-    def _send(self, sock: socket.socket) -> bool:
-        while self._out:
-            try:
-                sent = sock.send(self._out)
-            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                return False
-            self._out = self._out[sent:]
-        self.stage = "recv"
-        return True
-
-    def _receive(self, sock: socket.socket) -> None:
-        got = 0
-        while got < READ_MAX and not (self.feed.complete or self.feed.refused or self.eof):
-            try:
-                data = sock.recv(65536)
-            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                return
-            if not data:
-                self.eof = True
-                self.feed.closed()
-                return
-            got += len(data)
-            self.feed.feed(data)
-            if len(data) < 65536 and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-                return   # drained (the selector is level-triggered: more later wakes it again)
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-        self.sock, self.fd = None, -1
-
-
-class Watch(Generic[V]):
-    """One list + watch and the view it keeps (``list_at(api)``: (items, resourceVersion);
-    ``path_at(api, rv, timeout_s)``: the watch's path; ``new_view(api)``: an empty view).
-    ``initial``: a list already made, sent at ``initial_at`` (monotonic): watch from it."""
-
-    def __init__(self, name: str, list_at: Callable[[KubeApi], Listed],
-                 path_at: Callable[[KubeApi, str, int], str], new_view: Callable[[KubeApi], V], *,
-                 initial: Listed | None = None, initial_at: float = float("-inf")) -> None:
-        self.name = name
-        self.list_at, self.path_at, self.new_view = list_at, path_at, new_view
-        self.initial, self.initial_at = initial, initial_at
-        self.view: V | None = None
-        self.failure: Exception | None = None
-        self.conn: Conn | None = None
-        self.path = ""
-        self.counted = False
-        self.relist = True
-        self.next_at = float("-inf")     # MonoTime: when to list or watch again (while not open)
-        self.last_list = float("-inf")
-        self.opened_at = self.heard_at = float("-inf")
-        self.errors = self.throttles = 0
-        self.in_a_row = 0                # crashes in a row
-        self.restarts = 0
-        self.lists = self.watches = 0
-
-    def read(self, fn: Callable[[V], Any]) -> Any:
-        """``fn(view)`` (None before the first list); raises the last failure (Unreachable, KubeError)
-        while the watch has not been answered since."""
-        if self.failure is not None:
-            raise self.failure
-        return fn(self.view) if self.view is not None else None
 
 
 @dataclass(slots=True)
@@ -457,7 +306,8 @@ class DrainIO:
             self._crash(w, e, now)
 
     def _open(self, w: Watch[Any], now: float) -> None:
-        assert w.view is not None
+        if w.view is None:   # listed first (``_service``)
+            raise KubeError(0, "WatchUnlisted", f"the {w.name} watch has no list to watch from")
         w.path = w.path_at(self.api, w.view.resource_version, WATCH_TIMEOUT_S)
         conn = Conn(self.api.http)
         w.watches += 1
@@ -484,7 +334,8 @@ class DrainIO:
     def _on_watch(self, w: Watch[Any]) -> None:
         now = self._clock()
         conn = w.conn
-        assert conn is not None
+        if conn is None:
+            return
         try:
             try:
                 conn.step()
@@ -501,26 +352,31 @@ class DrainIO:
         except Exception as e:  # noqa: BLE001 -- an event nobody foresaw: that watch restarts, said
             self._crash(w, e, now)
 
+    def _refused(self, w: Watch[Any], conn: Conn) -> None:
+        """A watch answered with an error: raised as its Status says (410: list again), once whole."""
+        feed = conn.feed
+        if feed.complete or conn.eof:
+            self.api.settle("WATCH", w.path, feed.status, feed.headers, bytes(feed.body), ok=())
+        else:
+            self._sel.modify(conn.fd, conn.interest(), None)
+
     def _take(self, w: Watch[Any], now: float) -> None:
         """What the watch's connection has brought: its head, its events, its end."""
         conn = w.conn
-        assert conn is not None and w.view is not None
+        if conn is None or w.view is None:
+            return
         feed = conn.feed
         if not feed.head_done:
             self._sel.modify(conn.fd, conn.interest(), None)
             return
-        if not w.counted:
-            w.counted = True
-            if feed.status == 200:
-                self.api._count("WATCH", w.path, 200)
-                w.failure, w.errors, w.throttles = None, 0, 0
-                self._changed = True
         if feed.status != 200:
-            if feed.complete or conn.eof:
-                self.api.settle("WATCH", w.path, feed.status, feed.headers, bytes(feed.body), ok=())
-            else:
-                self._sel.modify(conn.fd, conn.interest(), None)
+            self._refused(w, conn)
             return
+        if not w.counted:   # the server answered: whatever failed before is over
+            w.counted = True
+            self.api._count("WATCH", w.path, 200)
+            w.failure, w.errors, w.throttles = None, 0, 0
+            self._changed = True
         for event in feed.take_events():
             self._changed = True
             if w.view.apply(event) == RELIST:

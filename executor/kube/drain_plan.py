@@ -305,6 +305,20 @@ def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None, covering: 
                   pod=pod)
 
 
+def _object_version(obj: dict[str, Any], field: str) -> tuple[Any, ...]:
+    md = obj.get("metadata") or {}
+    return md.get("uid"), md.get("namespace"), md.get("name"), md.get(field), md.get("deletionTimestamp")
+
+
+def pdbs_key(pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...] | None:
+    return None if pdbs is None else tuple(_object_version(p, "generation") for p in pdbs)
+
+
+def plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    """What the plan depends on: every pod's version, and every PDB's spec version (not its status)."""
+    return tuple(_object_version(p, "resourceVersion") for p in pods), pdbs_key(pdbs)
+
+
 PodMemo = dict[tuple[Any, ...], "Target | tuple[str, str] | None"]
 _UNSEEN = object()
 

@@ -59,6 +59,8 @@ from executor.kube.drain_plan import (
     Target,
     drain_plan,
     grace_for,
+    pdbs_key,
+    plan_key,
     policy_events,
 )
 
@@ -135,20 +137,6 @@ class Emit:
     data: dict[str, Any]
 
 
-def _version(obj: dict[str, Any], field: str) -> tuple[Any, ...]:
-    md = obj.get("metadata") or {}
-    return md.get("uid"), md.get("namespace"), md.get("name"), md.get(field), md.get("deletionTimestamp")
-
-
-def _pdbs_key(pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...] | None:
-    return None if pdbs is None else tuple(_version(p, "generation") for p in pdbs)
-
-
-def _plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...]:
-    """What the plan depends on: every pod's version, and every PDB's spec version (not its status)."""
-    return tuple(_version(p, "resourceVersion") for p in pods), _pdbs_key(pdbs)
-
-
 def transition(st: PodState, answer: Answer, now: MonoTime, draw: float = 0.0) -> PodState:
     """The state after an answer to the call in flight (``now``: the monotonic clock, which every
     retry is timed on); ``draw`` in [0, 1): the retry's jitter."""
@@ -195,7 +183,7 @@ class EvictionBook:
         self.gate = BudgetGate()
         self.limit = pacing.ConcurrencyLimit(1 << 16)   # capped by next_actions' slots (the workers)
         self._plan_key: tuple[Any, ...] | None = None
-        self._planned: list[dict[str, Any]] | None = None   # the pods list the plan was made from
+        self._planned: list[dict[str, Any]] | None = None   # the pods list planned (passed again: no change)
         self._covering: Covering = {}
         self._judged: PodMemo = {}                 # each pod version's place in the plan (drain_plan)
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
@@ -209,14 +197,13 @@ class EvictionBook:
         a pod leaving wakes the pods its PDB refused (``pacing.LANE_WAKE_S`` later): that is the
         moment the budget can allow the next one, sooner than the backoff would say. ``budgets``:
         the PDBs' status as watched now ("ns/name" -> status; None: not watched). The budget gate's bound runs on
-        ``now.mono`` (without ``now``, its evictions never lapse). The same ``pods`` list object as
-        last time means the same listing (a watch's unchanged snapshot): a new listing is a new list."""
+        ``now.mono`` (without ``now``, its evictions never lapse)."""
         self._replan(pods, pdbs)
         self.gate.update(budgets, None if now is None else now.mono)
         freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase not in (IN_FLIGHT, GONE):
-                if st.phase != GONE and uid in self.targets:
+                if uid in self.targets:
                     freed.add(self.targets[uid].lane)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
         if now is not None and freed:
@@ -234,14 +221,12 @@ class EvictionBook:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
     def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
-        if pods is self._planned and self._plan_key is not None and _pdbs_key(pdbs) == self._plan_key[1]:
-            return   # the very list planned last turn (the watch's snapshot: nothing changed), same PDBs
-        self._planned = pods
-        key = _plan_key(pods, pdbs)
+        if pods is self._planned and self._plan_key is not None and pdbs_key(pdbs) == self._plan_key[1]:
+            return   # the very list planned last turn (a watch's unchanged snapshot), same PDBs
+        self._planned, key = pods, plan_key(pods, pdbs)
         if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
             if self._plan_key is None or key[1] != self._plan_key[1]:
-                self._covering = {}   # the PDBs changed: match their selectors again
-                self._judged = {}
+                self._covering, self._judged = {}, {}   # the PDBs changed: match their selectors again
             self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules, self._judged), key
 
     def _wake(self, lanes: set[str], at: float) -> None:

@@ -22,9 +22,10 @@ from typing import Any
 from common.clock import MonoTime
 from executor.kube.api import KubeError, Throttled, Unreachable
 from executor.kube.budget_gate import BudgetStatus, PdbView
-from executor.kube.drain_io import DrainIO, Watch
+from executor.kube.drain_io import DrainIO
 from executor.kube.drain_plan import must_leave_under
 from executor.kube.pod_view import PodView, namespaces_of
+from executor.kube.watch import Watch
 
 PDB_REFRESH_S = 10.0
 CONFIRM_INTERVAL_S = 1.0

@@ -17,9 +17,10 @@ import pytest
 import ujson
 
 from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
-from executor.kube.drain_io import DrainIO, Watch
+from executor.kube.drain_io import DrainIO
 from executor.kube.node_listing import pod_watch
 from executor.kube.pod_view import PodView
+from executor.kube.watch import Watch
 
 NODE = "n1"
 
