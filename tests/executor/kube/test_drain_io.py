@@ -7,17 +7,23 @@ said (``agent.thread_restarted``) and lists afresh, never a silent end (common/s
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
+from typing import Any
 
 import pytest
 
+from common.config import build
 from executor.kube import runner
 from executor.kube.api import KubeApi
+from executor.kube.drain_io import DrainIO
 from executor.kube.pod_view import PodView
-from executor.scheduler import Announce
+from executor.kube.scheduler import KubeScheduler
+from executor.scheduler import Announce, NewState
 from tests.emulators.kube import objects
 from tests.executor.kube.harness import NODE, Drain, make_spec
+from tests.executor.kube.test_many_notices_kube import order
 
 NAMESPACES = 3
 PDBS = 6
@@ -85,3 +91,36 @@ def test_a_watch_that_dies_of_an_unexpected_exception_is_said_and_lists_afresh(k
              and e["query"].get("resourceVersion") == "0"]
     assert len(lists) == 2   # the first list, and the one after the crash
     assert kube.pod_names(NODE) == set()
+
+
+def test_a_drain_loop_that_dies_is_said_restarted_by_the_scheduler_and_its_sockets_closed(kube, monkeypatch):
+    """The loop itself raising (a bug in the drain's thread): the runner ends saying why, its
+    sockets and pipe are closed, and the scheduler starts it again (issue 26's supervision of
+    runners), which finishes the drain -- never a thread that died in silence."""
+    for i in range(6):
+        kube.add_pod(f"app-{i}", NODE)
+    original, polls = DrainIO.poll, []
+
+    def poll(self: DrainIO, timeout_s: float) -> Any:
+        polls.append(timeout_s)
+        if len(polls) == 2:
+            raise RuntimeError("a bug in the loop")
+        return original(self, timeout_s)
+    monkeypatch.setattr(DrainIO, "poll", poll)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    config = build({"node": {"name": NODE, "scheduler": "kubernetes"}, "kubernetes": {"api_url": kube.url}})
+    sched = KubeScheduler(config, lambda: KubeApi(kube.url, NODE, timeout_s=5.0))
+    reports: list[Any] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not any(isinstance(r, NewState) for r in reports) and time.monotonic() < deadline:
+            sched.advance(order("n1", "reclaim", 120), time.time())
+            reports += sched.reports()
+            time.sleep(0.02)
+    finally:
+        sched.close()
+    assert [r.state for r in reports if isinstance(r, NewState)] == ["done"]
+    said = [r.data for r in reports if isinstance(r, Announce) and r.event == "agent.thread_restarted"]
+    assert len(said) == 1 and said[0]["error"] == "RuntimeError: a bug in the loop"
+    assert kube.pod_names(NODE) == set()
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 2   # nothing of the first runner left open
