@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 from executor.kube.api import (
@@ -19,15 +18,21 @@ from executor.kube.drain_plan import pdb_from_causes
 from executor.kube.eviction_book import Answer
 
 
-def answer_of(call: Callable[[], None], clock: Callable[[], float] = time.monotonic) -> Answer:
-    """The book's answer for one eviction or delete: what the server (or the agent) said, when it
-    was sent and how long it took on ``clock`` (monotonic: the book's concurrency limit reads it)."""
-    sent = clock()
-    answer = _answer_of(call)
-    return dataclasses.replace(answer, sent_at=sent, latency_s=clock() - sent)
+def answer_of(call: Callable[[], object], sent_at: float, heard_at: float) -> Answer:
+    """The book's answer for one eviction or delete: what the server (or the agent) said when
+    ``call`` reads it, sent at ``sent_at`` and heard at ``heard_at`` (monotonic: the book's
+    concurrency limit reads the latency)."""
+    return dataclasses.replace(_answer_of(call), sent_at=sent_at, latency_s=max(0.0, heard_at - sent_at))
 
 
-def _answer_of(call: Callable[[], None]) -> Answer:
+def answer_raising(error: Exception, sent_at: float, heard_at: float) -> Answer:
+    """``answer_of`` a call that failed with ``error`` before any answer (refused, unreachable)."""
+    def call() -> None:
+        raise error
+    return answer_of(call, sent_at, heard_at)
+
+
+def _answer_of(call: Callable[[], object]) -> Answer:
     try:
         call()
         return Answer("accepted")

@@ -18,7 +18,7 @@ and NodeRestriction refuses a node its own taints.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -26,7 +26,6 @@ import ujson
 
 from common.http import SYSTEM_TLS, HttpClient, HttpError, TlsFiles
 from executor.kube import discovery, pacing
-from executor.kube.watch_stream import WatchStream
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -132,13 +131,11 @@ class KubeApi:
         self._eviction: discovery.EvictionSupport | None = None
         # Every request and its status (0: no answer), for a bench or test counting the agent's load.
         self.on_request: Callable[[str, str, int], None] | None = None
-        self._watch: WatchStream | None = None
 
     def close(self) -> None:
         self.http.close()
         if self.taint_http is not self.http:
             self.taint_http.close()
-        self.stop_watch()
 
     def _count(self, method: str, path: str, status: int) -> None:
         if self.on_request is not None:
@@ -159,16 +156,36 @@ class KubeApi:
             if e.cause == "tls":
                 raise CredentialsRefused(0, "TLSVerificationFailed", f"{method} {path}: {e.detail}"[:500]) from None
             raise Unreachable(f"{method} {path}: {e}") from None
-        self._count(method, path, resp.status)
+        return self.settle(method, path, resp.status, resp.headers, resp.body, ok)
+
+    def settle(self, method: str, path: str, status: int, headers: dict[str, str], body: bytes,
+               ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
+        """What an answer means: its Status document if ``status`` is in ``ok``, else the error raised
+        (counted either way). Also for an answer read by the drain's loop (``drain_io``)."""
+        self._count(method, path, status)
         try:
-            doc = ujson.loads(resp.body) if resp.body else {}
+            doc = ujson.loads(body) if body else {}
         except ValueError:
             doc = {}
         if not isinstance(doc, dict):
             doc = {}
-        if resp.status in ok:
+        if status in ok:
             return doc
-        raise self._error_for(resp.status, doc, resp.body, resp.headers, f"{method} {path}")
+        raise self._error_for(status, doc, body, headers, f"{method} {path}")
+
+    def wire(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> bytes:
+        """The bytes of one request as the node identity, for a connection of the drain's loop."""
+        h = self.http
+        default = 443 if h.scheme == "https" else 80
+        lines = [f"{method} {h.prefix}{path} HTTP/1.1",
+                 f"Host: {h.host}" + ("" if h.port == default else f":{h.port}"), *(f"{k}: {v}" for k, v in self.headers.items())]
+        data = b""
+        if body is not None:
+            data = ujson.dumps(body).encode()
+            lines.append(f"Content-Type: {content_type}")
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(data)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
 
     @staticmethod
     def _error_for(status: int, doc: dict[str, Any], body: bytes, headers: dict[str, str],
@@ -242,42 +259,16 @@ class KubeApi:
                 return pods, str(meta.get("resourceVersion") or "")
             rv = ""   # a continue token carries its own resourceVersion
 
-    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
-        """The watch events (``{"type", "object"}``) of this node's pods after ``resource_version``,
-        until the server ends the watch (``timeoutSeconds``) or ``stop_watch``. Raises Unreachable,
-        KubeError (a Throttled 429, a 410 as an ERROR event is yielded, not raised)."""
-        selector = quote(f"spec.nodeName={self.node}")
-        return self._watch_path(f"/api/v1/pods?watch=1&fieldSelector={selector}", resource_version, timeout_s)
+    def pods_watch(self, resource_version: str, timeout_s: int) -> str:
+        """The path of a watch of this node's pods after ``resource_version`` (served by the drain's loop, ``drain_io``)."""
+        return watch_at(f"/api/v1/pods?watch=1&fieldSelector={quote(f'spec.nodeName={self.node}')}",
+                        resource_version, timeout_s)
 
-    def _watch_path(self, path: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
-        path += (f"&resourceVersion={quote(resource_version)}&timeoutSeconds={int(timeout_s)}"
-                 "&allowWatchBookmarks=true")
-        stream = self._watch = WatchStream(self.http, path, self.headers, read_timeout_s=timeout_s + 15.0)
-        try:
-            try:
-                status, headers, body = stream.open()
-            except OSError as e:
-                self._count("WATCH", path, 0)
-                raise Unreachable(f"GET {path}: {type(e).__name__}: {e}") from None
-            self._count("WATCH", path, status)
-            if status != 200:
-                try:
-                    doc = ujson.loads(body) if body else {}
-                except ValueError:
-                    doc = {}
-                raise self._error_for(status, doc if isinstance(doc, dict) else {}, body, headers, f"GET {path}")
-            yield from stream.events()
-            if stream.refused:   # garbage from the server: said (drain.list_failed), then resumed
-                raise KubeError(0, "WatchRefused", f"GET {path}: {stream.refused}")
-        finally:
-            stream.close()
-            self._watch = None
-
-    def stop_watch(self) -> None:
-        """End a watch running in another thread (its read fails, the generator returns)."""
-        stream = self._watch
-        if stream is not None:
-            stream.close()
+    def pdbs_watch(self, namespace: str, resource_version: str, timeout_s: int) -> str:
+        """The path of a watch of one namespace's PodDisruptionBudgets (as ``pods_watch``)."""
+        version = self.eviction_support().version or "v1"
+        return watch_at(f"/apis/policy/{version}/namespaces/{quote(namespace)}/poddisruptionbudgets?watch=1",
+                        resource_version, timeout_s)
 
     def list_pdbs(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         """The PodDisruptionBudgets of these namespaces only (those of the node's pods), 100 a page.
@@ -286,7 +277,7 @@ class KubeApi:
 
     def list_pdbs_at(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
         """One namespace's PodDisruptionBudgets, 100 a page, and the list's resourceVersion (to
-        watch their status from: ``watch_pdbs``)."""
+        watch their status from: ``pdbs_watch``)."""
         version = self.eviction_support().version or "v1"
         out: list[dict[str, Any]] = []
         cont = ""
@@ -300,12 +291,6 @@ class KubeApi:
             cont = meta.get("continue") or ""
             if not cont:
                 return out, str(meta.get("resourceVersion") or "")
-
-    def watch_pdbs(self, namespace: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
-        """The watch events of one namespace's PodDisruptionBudgets (as ``watch_pods``)."""
-        version = self.eviction_support().version or "v1"
-        return self._watch_path(f"/apis/policy/{version}/namespaces/{quote(namespace)}/poddisruptionbudgets?watch=1",
-                                resource_version, timeout_s)
 
     def eviction_support(self) -> discovery.EvictionSupport:
         """The policy/* version of the Eviction subresource, from discovery (``discovery.choose``):
@@ -350,30 +335,47 @@ class KubeApi:
         """POST the Eviction (the server checks the PDB). Raises TooManyRequests (PDB), NotFound or
         Conflict (that pod is gone), KubeError, Unreachable, NotOwnNode, EvictionUnsupported (no
         version this agent can send: never a plain DELETE in its place, which would bypass PDBs)."""
+        self._call(*self.pod_call("evict", pod, grace_s))
+
+    def delete_pod(self, pod: dict[str, Any], grace_s: int | None = None) -> None:
+        """DELETE the pod, bypassing its PDB (the contract's pdb_blocked = delete)."""
+        self._call(*self.pod_call("delete", pod, grace_s))
+
+    def pod_call(self, op: str, pod: dict[str, Any], grace_s: int | None) -> tuple[str, str, dict[str, Any]]:
+        """(method, path, body) of ``op`` (evict | delete) on a pod of this node: the checks of
+        ``evict_pod`` / ``delete_pod`` (raises NotOwnNode, EvictionUnsupported), not the call."""
         ns, name, uid = self._own_pod(pod)
+        if op == "delete":
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", **self._delete_options(uid, grace_s)}
+            return "DELETE", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}", body
         support = self.eviction_support()
         if support.refused:
             raise EvictionUnsupported(support.why)
         body = {"apiVersion": f"policy/{support.version}", "kind": "Eviction",
                 "metadata": {"name": name, "namespace": ns},
                 "deleteOptions": self._delete_options(uid, grace_s)}
-        self._call("POST", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/eviction", body)
+        return "POST", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/eviction", body
 
     def patch_pod_status(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
         """A strategic-merge patch of the pod's ``status`` (a condition) on ``pods/status``, as the node
         identity: NodeRestriction lets a node update the status of the pods bound to it only
         ("node %q can only update pod status for pods with spec.nodeName set to itself")."""
+        self._call(*self.pod_status_call(pod, patch), SMP)
+
+    def pod_status_call(self, pod: dict[str, Any], patch: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        """(method, path, body) of ``patch_pod_status`` (raises NotOwnNode), not the call: also for
+        the drain's loop (``drain_io``), which sends it as a strategic-merge patch (``SMP``)."""
         ns, name, uid = self._own_pod(pod)
         # The UID in the patch pins it to this pod: metadata.uid is immutable, so a pod recreated
         # under the name refuses the patch (422; 409 from a server that checks it as a precondition).
         pinned = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": uid}}
-        self._call("PATCH", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/status", pinned, SMP)
+        return "PATCH", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/status", pinned
 
-    def delete_pod(self, pod: dict[str, Any], grace_s: int | None = None) -> None:
-        """DELETE the pod, bypassing its PDB (the contract's pdb_blocked = delete)."""
-        ns, name, uid = self._own_pod(pod)
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", **self._delete_options(uid, grace_s)}
-        self._call("DELETE", f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}", body)
+
+def watch_at(path: str, resource_version: str, timeout_s: int) -> str:
+    """A watch path from ``resource_version``, ended by the server after ``timeout_s``, with bookmarks."""
+    return (f"{path}&resourceVersion={quote(resource_version)}&timeoutSeconds={int(timeout_s)}"
+            "&allowWatchBookmarks=true")
 
 
 def _ca_of(tls: ssl.SSLContext | TlsFiles) -> str:

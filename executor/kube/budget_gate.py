@@ -89,15 +89,18 @@ def _key(pdb: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class PdbView:
-    """One namespace's PDBs as a list + watch keeps them (the ``ListWatcher`` view protocol)."""
+    """One namespace's PDBs as a list + watch keeps them (the ``watch.View`` protocol)."""
 
     pdbs: dict[str, dict[str, Any]] = field(default_factory=dict)    # by "ns/name"
     accounted: dict[str, frozenset[str]] = field(default_factory=dict)
     resource_version: str = ""
-    listed_at: float = float("-inf")   # set by the ListWatcher: when the list behind it was sent
+    listed_at: float = float("-inf")   # set by its watch (drain_io): when the list behind it was sent
+
+    _statuses: dict[str, BudgetStatus] | None = field(default=None, init=False, repr=False, compare=False)
 
     def reset(self, items: list[dict[str, Any]], resource_version: str) -> None:
         # A relist may skip status versions; the list is newer than they are (``listed_at``).
+        self._statuses = None
         self.pdbs = {_key(p): p for p in items}
         self.accounted = {k: status_of(p).accounted for k, p in self.pdbs.items()}
         self.resource_version = resource_version
@@ -106,11 +109,13 @@ class PdbView:
         return apply_event(self, event, self._put, self._drop)
 
     def _put(self, obj: dict[str, Any]) -> None:
+        self._statuses = None
         key = _key(obj)
         self.pdbs[key] = obj
         self.accounted[key] = status_of(obj, self.accounted.get(key, frozenset())).accounted
 
     def _drop(self, obj: dict[str, Any]) -> None:
+        self._statuses = None
         self.pdbs.pop(_key(obj), None)
         self.accounted.pop(_key(obj), None)
 
@@ -118,7 +123,11 @@ class PdbView:
         return list(self.pdbs.values())
 
     def statuses(self) -> dict[str, BudgetStatus]:
-        return {k: status_of(p, self.accounted.get(k, frozenset()), self.listed_at) for k, p in self.pdbs.items()}
+        """Each PDB's status as seen now (computed again only after a change: read every turn)."""
+        if self._statuses is None or any(st.listed_at != self.listed_at for st in self._statuses.values()):
+            self._statuses = {k: status_of(p, self.accounted.get(k, frozenset()), self.listed_at)
+                              for k, p in self.pdbs.items()}
+        return self._statuses
 
 
 def _ready(pod: dict[str, Any]) -> bool:

@@ -38,7 +38,7 @@ from common.clock import Moment, MonoTime
 from common.events import EventType
 from common.timefmt import format_rfc3339
 from common.wire import Phase, PhaseEnds
-from executor.kube.pod_filters import pod_key, pods_that_count
+from executor.kube.pod_filters import pod_key, pod_verdict
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 CRITICAL_PRIORITY = 2_000_000_000   # both system classes are at or above this
@@ -148,8 +148,9 @@ def must_leave_under(rules: pod_policy.Rules | None) -> Callable[[list[dict[str,
     """Does anything the drain has to move remain among these pods: a pod that counts and that its
     own policy does not have this drain skip (what "empty" means for this drain)."""
     def must_leave(pods: list[dict[str, Any]]) -> bool:
+        # Lazily: the first pod that must leave answers (this runs every turn of the drain).
         return any(rules is None or pod_policy.decide(p, rules).action != pod_policy.SKIP
-                   for p in pods_that_count(pods))
+                   for p in pods if pod_verdict(p).counts)
     return must_leave
 
 
@@ -313,23 +314,74 @@ def target_of(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None, covering: 
                   pod=pod)
 
 
+def _object_version(obj: dict[str, Any], field: str) -> tuple[Any, ...]:
+    md = obj.get("metadata") or {}
+    return md.get("uid"), md.get("namespace"), md.get("name"), md.get(field), md.get("deletionTimestamp")
+
+
+def pdbs_key(pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...] | None:
+    return None if pdbs is None else tuple(_object_version(p, "generation") for p in pdbs)
+
+
+def plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    """What the plan depends on: every pod's version, and every PDB's spec version (not its status)."""
+    return tuple(_object_version(p, "resourceVersion") for p in pods), pdbs_key(pdbs)
+
+
+PodMemo = dict[tuple[Any, ...], "Target | tuple[str, str] | None"]
+_UNSEEN = object()
+
+
+def _version(pod: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What a pod's place in the plan depends on, if the server versioned it (else: judged afresh)."""
+    md = pod.get("metadata") or {}
+    rv = md.get("resourceVersion")
+    if not (isinstance(rv, str) and rv):
+        return None
+    return md.get("uid"), md.get("namespace"), md.get("name"), rv, md.get("deletionTimestamp")
+
+
+def _judged(pod: dict[str, Any], pdbs: list[dict[str, Any]] | None, covering: Covering | None,
+            rules: pod_policy.Rules | None) -> Target | tuple[str, str] | None:
+    """The pod's target; (key, reason) if its own policy skips it; None if it does not count."""
+    if not pod_verdict(pod).counts:
+        return None
+    t = target_of(pod, pdbs, covering)
+    if rules is None:
+        return t
+    d = pod_policy.decide(pod, rules)
+    if d.action == pod_policy.SKIP:
+        return t.key, d.reason
+    return dataclasses.replace(t, hold_until=d.until if d.action == pod_policy.HOLD else 0.0,
+                               policy=d.reason, lost=d.lost)
+
+
 def drain_plan(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
-               covering: Covering | None = None, rules: pod_policy.Rules | None = None) -> Plan:
+               covering: Covering | None = None, rules: pod_policy.Rules | None = None,
+               memo: PodMemo | None = None) -> Plan:
     """Tiers of lanes over the pods that count. ``pdbs`` None: they could not be read.
     ``covering``: see ``target_of`` (kept by the caller for as long as ``pdbs`` stay the same).
-    ``rules``: the drain's, for each pod's own policy (None: every pod moves)."""
+    ``rules``: the drain's, for each pod's own policy (None: every pod moves). ``memo``: each
+    pod version's judgement, kept by the caller for as long as ``pdbs`` and ``rules`` stay the
+    same (a replan judges again only the pods that changed); left holding the pods given."""
     targets: dict[str, Target] = {}
     skipped: dict[str, tuple[str, str]] = {}
-    for p in pods_that_count(pods):
-        t = target_of(p, pdbs, covering)
-        if rules is not None:
-            d = pod_policy.decide(p, rules)
-            if d.action == pod_policy.SKIP:
-                skipped[t.uid] = (t.key, d.reason)
-                continue
-            t = dataclasses.replace(t, hold_until=d.until if d.action == pod_policy.HOLD else 0.0,
-                                    policy=d.reason, lost=d.lost)
-        targets[t.uid] = t
+    kept: PodMemo = {}
+    for p in pods:
+        version = _version(p) if memo is not None else None
+        judged: Any = _UNSEEN if version is None or memo is None else memo.get(version, _UNSEEN)
+        if judged is _UNSEEN:
+            judged = _judged(p, pdbs, covering, rules)
+        if version is not None:
+            kept[version] = judged
+        if isinstance(judged, Target):
+            targets[judged.uid] = judged
+        elif judged is not None:
+            md = p.get("metadata") or {}
+            skipped[str(md.get("uid") or pod_key(p))] = judged
+    if memo is not None:
+        memo.clear()
+        memo.update(kept)
     grouped: dict[tuple[int, str], list[Target]] = {}
     for t in targets.values():
         grouped.setdefault((t.tier, t.lane), []).append(t)

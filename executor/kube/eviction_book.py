@@ -50,7 +50,19 @@ from common.pod_policy import Rules
 from common.wire import PhaseEnds
 from executor.kube import pacing
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
-from executor.kube.drain_plan import EMPTY_PLAN, Covering, Lane, Plan, Target, drain_plan, grace_for, policy_events
+from executor.kube.drain_plan import (
+    EMPTY_PLAN,
+    Covering,
+    Lane,
+    Plan,
+    PodMemo,
+    Target,
+    drain_plan,
+    grace_for,
+    pdbs_key,
+    plan_key,
+    policy_events,
+)
 
 PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
 DONE = frozenset({ACCEPTED, GONE, REFUSED})
@@ -125,15 +137,6 @@ class Emit:
     data: dict[str, Any]
 
 
-def _plan_key(pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> tuple[Any, ...]:
-    """What the plan depends on: every pod's version, and every PDB's spec version (not its status)."""
-    def version(obj: dict[str, Any], field: str) -> tuple[Any, ...]:
-        md = obj.get("metadata") or {}
-        return md.get("uid"), md.get("namespace"), md.get("name"), md.get(field), md.get("deletionTimestamp")
-    return (tuple(version(p, "resourceVersion") for p in pods),
-            None if pdbs is None else tuple(version(p, "generation") for p in pdbs))
-
-
 def transition(st: PodState, answer: Answer, now: MonoTime, draw: float = 0.0) -> PodState:
     """The state after an answer to the call in flight (``now``: the monotonic clock, which every
     retry is timed on); ``draw`` in [0, 1): the retry's jitter."""
@@ -180,7 +183,9 @@ class EvictionBook:
         self.gate = BudgetGate()
         self.limit = pacing.ConcurrencyLimit(1 << 16)   # capped by next_actions' slots (the workers)
         self._plan_key: tuple[Any, ...] | None = None
+        self._planned: list[dict[str, Any]] | None = None   # the pods list planned (passed again: no change)
         self._covering: Covering = {}
+        self._judged: PodMemo = {}                 # each pod version's place in the plan (drain_plan)
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
         self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
         self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
@@ -197,8 +202,8 @@ class EvictionBook:
         self.gate.update(budgets, None if now is None else now.mono)
         freed: set[str] = set()
         for uid, st in self.states.items():
-            if uid not in self.plan.targets and st.phase != IN_FLIGHT:
-                if st.phase != GONE and uid in self.targets:
+            if uid not in self.plan.targets and st.phase not in (IN_FLIGHT, GONE):
+                if uid in self.targets:
                     freed.add(self.targets[uid].lane)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
         if now is not None and freed:
@@ -216,11 +221,13 @@ class EvictionBook:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
     def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
-        key = _plan_key(pods, pdbs)
+        if pods is self._planned and self._plan_key is not None and pdbs_key(pdbs) == self._plan_key[1]:
+            return   # the very list planned last turn (a watch's unchanged snapshot), same PDBs
+        self._planned, key = pods, plan_key(pods, pdbs)
         if key != self._plan_key:   # a PDB's status changing (most turns) leaves the plan as it is
             if self._plan_key is None or key[1] != self._plan_key[1]:
-                self._covering = {}   # the PDBs changed: match their selectors again
-            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules), key
+                self._covering, self._judged = {}, {}   # the PDBs changed: match their selectors again
+            self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules, self._judged), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
         for uid, t in self.plan.targets.items():

@@ -1,9 +1,10 @@
 """What the drain's coordinator sees of the node each turn, and what that costs the API server.
 
-- the pods: from the ``PodWatcher`` (a watch; no request per turn);
+- the pods: from a watch (``drain_io.Watch``; no request per turn);
 - the PodDisruptionBudgets of the namespaces of those pods only: listed once per namespace,
   paginated, when the namespace first appears, then watched from that list's resourceVersion
-  (one ``ListWatcher`` per namespace: 410 means one relist, at most once a second), so the drain
+  (one watch per namespace, all served by the drain's one thread: 410 means one relist, at most
+  once a second), so the drain
   sees each budget's ``disruptionsAllowed`` change as it happens (``budget_gate``). A namespace
   whose PDBs cannot be read (403) makes the plan group by owner, and is tried again after
   ``PDB_REFRESH_S``; a watch that is failing keeps its last PDBs for the plan, but its statuses
@@ -19,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.clock import MonoTime
-from executor.kube.api import KubeApi, KubeError, Throttled, Unreachable
+from executor.kube.api import KubeError, Throttled, Unreachable
 from executor.kube.budget_gate import BudgetStatus, PdbView
-from executor.kube.pod_view import namespaces_of
-from executor.kube.pod_watcher import ListWatcher, PodWatcher
+from executor.kube.drain_io import DrainIO
+from executor.kube.drain_plan import must_leave_under
+from executor.kube.pod_view import PodView, namespaces_of
+from executor.kube.watch import Watch
 
 PDB_REFRESH_S = 10.0
 CONFIRM_INTERVAL_S = 1.0
@@ -36,45 +39,39 @@ class Sight:
     budgets: dict[str, BudgetStatus] | None = None   # the watched PDB statuses (None: none watched)
 
 
-def _pdb_watcher(make_api: Callable[[], KubeApi], on_change: Callable[[], None], namespace: str,
-                 listed: tuple[list[dict[str, Any]], str], listed_at: float) -> ListWatcher[PdbView]:
-    return ListWatcher(make_api, on_change, lambda api: api.list_pdbs_at(namespace),
-                       lambda api, rv, timeout: api.watch_pdbs(namespace, rv, timeout),
-                       lambda api: PdbView(), initial=listed, initial_at=listed_at,
-                       name=f"pdb-watch-{namespace[:20]}")
+def pod_watch(node: str) -> Watch[PodView]:
+    """The node's pods: listed from the watch cache (RV=0), then watched."""
+    return Watch("pods", lambda api: api.list_pods_at("0"), lambda api, rv, timeout: api.pods_watch(rv, timeout),
+                 lambda api: PodView(node))
+
+
+def pdb_watch(namespace: str, listed: tuple[list[dict[str, Any]], str], listed_at: float) -> Watch[PdbView]:
+    """One namespace's PDBs, from the list the drain made (sent at ``listed_at``), then watched."""
+    return Watch(f"pdbs-{namespace[:20]}", lambda api: api.list_pdbs_at(namespace),
+                 lambda api, rv, timeout: api.pdbs_watch(namespace, rv, timeout),
+                 lambda api: PdbView(), initial=listed, initial_at=listed_at)
 
 
 class NodeListing:
-    def __init__(self, api: KubeApi, make_api: Callable[[], KubeApi], on_change: Callable[[], None],
-                 warn: Callable[[str, str], None], must_leave: Callable[[list[dict[str, Any]]], bool] | None = None,
-                 ) -> None:
+    def __init__(self, io: DrainIO, warn: Callable[[str, str], None],
+                 must_leave: Callable[[list[dict[str, Any]]], bool] | None = None) -> None:
         """``must_leave(pods)``: does anything the drain has to move remain (default: any pod that
         counts, ``common.pod_filters``)? A pod whose own policy is skip is not (drain_plan.must_leave)."""
-        self._api = api
-        self._must_leave = must_leave or (lambda pods: bool(namespaces_of(pods, counting=True)))
-        self._make_api = make_api
-        self._on_change = on_change
+        self._io = io
+        self._api = io.api
+        self._must_leave = must_leave or must_leave_under(None)
         self._warn = warn
-        self.watcher = PodWatcher(make_api, on_change)
-        self.pdb_watchers: dict[str, ListWatcher[PdbView]] = {}
+        self.watcher = io.add(pod_watch(self._api.node))
+        self.pdb_watchers: dict[str, Watch[PdbView]] = {}
         self._last_pdbs: dict[str, list[dict[str, Any]]] = {}   # by namespace: a failing watch's last
         self._unreadable: set[str] = set()
         self._unreadable_at = float("-inf")
         self._confirmed_at = float("-inf")
 
-    def start(self) -> NodeListing:
-        self.watcher.start()
-        return self
-
-    def stop(self) -> None:
-        self.watcher.stop()
-        for w in self.pdb_watchers.values():
-            w.stop()
-
     def look(self, now: MonoTime) -> Sight:
         """Raises Unreachable / KubeError as a failed list would (the watcher's, or this turn's).
         ``now`` is monotonic: the PDB re-read and the empty-node confirmation are intervals."""
-        pods = self.watcher.pods()
+        pods: list[dict[str, Any]] | None = self.watcher.read(PodView.snapshot)
         if pods is None:
             return Sight(None, None, False)
         namespaces = namespaces_of(pods)
@@ -104,13 +101,7 @@ class NodeListing:
                 continue
             self._unreadable.discard(ns)
             self._last_pdbs[ns] = listed[0]
-            self.pdb_watchers[ns] = _pdb_watcher(self._shared_api, self._on_change, ns, listed, listed_at).start()
-
-    def _shared_api(self) -> KubeApi:
-        """A client of its own for a watch, knowing the eviction version already (no discovery)."""
-        api = self._make_api()
-        api.share_discovery(self._api)
-        return api
+            self.pdb_watchers[ns] = self._io.add(pdb_watch(ns, listed, listed_at))
 
     def _pdb_sight(self, namespaces: frozenset[str],
                    ) -> tuple[list[dict[str, Any]] | None, dict[str, BudgetStatus] | None]:

@@ -145,23 +145,11 @@ def uncordon(api: KubeApi, taint_key: str, notice_id: str) -> bool:
     return bool(withdraw(api, taint_key, notice_id)["patched"])
 
 
-def mark_then_delete(api: KubeApi, pod: dict[str, Any], grace_s: int | None, message: str,
-                     unmarked: Callable[[dict[str, Any], str], None], *,
-                     clock: Callable[[], float] = time.time) -> None:
-    """DELETE a pod the agent removes itself (``pdb_blocked: delete``), its ``DisruptionTarget`` set
-    first. A mark that fails does not stop the delete: the machine goes at the deadline whatever
-    the pod's status says, and a pod left in place is killed then with no graceful stop at all
-    (docs/kubernetes.md, "Pods the agent deletes"); ``unmarked(pod, why)`` says it, and is counted."""
-    why = mark_disruption_target(api, pod, message, clock)
-    if why:
-        unmarked(pod, why)
-    api.delete_pod(pod, grace_s)
-
-
 def mark_disruption_target(api: KubeApi, pod: dict[str, Any], message: str,
                            clock: Callable[[], float] = time.time) -> str:
     """The pod's ``DisruptionTarget`` (``TerminationByNodeAgent``) on ``pods/status`` as the node
-    identity, before the agent deletes it. "" when it is set (or already was); else why not."""
+    identity, before the agent deletes it, as one blocking call (the drain's loop sends the same
+    request without blocking: ``drain_io``). "" when it is set (or already was); else why not."""
     patch = conditions.disruption_target_patch(pod, clock(), message)
     if patch is None:
         return ""

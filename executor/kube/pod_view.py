@@ -37,9 +37,12 @@ class PodView:
     resource_version: str = ""
     synced: bool = False
     changes: int = 0          # bumped by every change the view saw (the runner re-plans on it)
-    listed_at: float = float("-inf")   # set by the ListWatcher: when the list behind it was sent
+    listed_at: float = float("-inf")   # set by its watch (drain_io): when the list behind it was sent
+
+    _snapshot: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def reset(self, pods: list[dict[str, Any]], resource_version: str) -> None:
+        self._snapshot = None
         self.pods = {_uid(p): p for p in pods if self._ours(p)}
         self.resource_version = resource_version
         self.synced = True
@@ -51,7 +54,11 @@ class PodView:
 
     def apply(self, event: dict[str, Any]) -> str:
         """One watch event; RELIST when the watch cannot go on from here (410, any ERROR)."""
-        return apply_event(self, event, self._put, lambda obj: self.pods.pop(_uid(obj), None))
+        return apply_event(self, event, self._put, self._drop)
+
+    def _drop(self, obj: dict[str, Any]) -> None:
+        self.pods.pop(_uid(obj), None)
+        self._snapshot = None
 
     def _put(self, obj: dict[str, Any]) -> None:
         if self._ours(obj):
@@ -59,10 +66,16 @@ class PodView:
         else:
             self.pods.pop(_uid(obj), None)
         self.changes += 1
+        self._snapshot = None
 
     def snapshot(self) -> list[dict[str, Any]] | None:
-        """The pods now, or None before the first list."""
-        return list(self.pods.values()) if self.synced else None
+        """The pods now, or None before the first list: the same list until the view changes (the
+        drain reads it every turn, and a list it has planned already is not planned again)."""
+        if not self.synced:
+            return None
+        if self._snapshot is None:
+            self._snapshot = list(self.pods.values())
+        return self._snapshot
 
 
 class Resumable(Protocol):

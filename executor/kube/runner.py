@@ -1,9 +1,11 @@
 """The Kubernetes drain of one notice, run off the executor's loop (the imperative shell).
 
-One coordinator thread walks the recipe -- [exclude from load balancers], cordon
-and taint, then list / decide / evict until the node is empty -- and a pool of
-worker threads (``workers``) sends the evictions, each over its own connection, as
-many at once as the book's ``pacing.ConcurrencyLimit`` allows.
+One thread walks the recipe -- [exclude from load balancers], cordon and taint,
+then list / decide / evict until the node is empty -- and serves every watch and
+every eviction of the drain itself (``drain_io``: one selector over non-blocking
+sockets), as many evictions at once as the book's ``pacing.ConcurrencyLimit``
+allows, at most ``workers``. However many pods, PDBs and namespaces: one thread
+(``THREADS``).
 Every decision is the pure core's (``eviction_book``, ``drain_plan``); this module
 does the calls, keeps time, and reports to the executor's loop in the report
 vocabulary of ``executor.scheduler``, so the loop keeps serving whatever the API
@@ -20,19 +22,17 @@ from __future__ import annotations
 
 import copy
 import itertools
-import queue
 import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from common.clock import MonoTime, moment, mono
 from common.events import EventType
 from common.recorder import Recorder
 from common.wire import DrainState, Phase, Step
-from executor.kube import last_resort, node_steps, pacing
-from executor.kube.answers import answer_of
+from executor.kube import conditions, last_resort, node_steps, pacing
 from executor.kube.api import (
     CredentialsRefused,
     KubeApi,
@@ -41,9 +41,10 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
+from executor.kube.drain_io import DrainIO
 from executor.kube.drain_plan import ApiHealth, must_leave_under, next_turn
 from executor.kube.drain_spec import DrainSpec
-from executor.kube.eviction_book import Action, Answer, Emit, EvictionBook, Inputs
+from executor.kube.eviction_book import Answer, Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
 from executor.kube.outage import LINGER_S, AroundTheServer, Stopped
 from executor.kube.pod_view import namespaces_of
@@ -59,12 +60,11 @@ from executor.scheduler import (
     StepDone,
 )
 
-if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
 IDLE_TURN_S = 1.0   # with no change (watches and new inputs wake the drain), replan this often
 RETRY_S = 0.5              # between attempts of a node step that failed
 WARN_REPEAT_S = 60.0       # a warning with the same text is said again (with its count) only this often
+COALESCE_S = 0.02          # after a change, what else comes this soon is heard before the replan
+THREADS = 1                # a drain's threads, whatever it drains (the benches count against it)
 
 
 class DrainRunner(AroundTheServer):
@@ -73,7 +73,8 @@ class DrainRunner(AroundTheServer):
         self.spec = spec
         self._make_api = make_api
         self._report_fn = report
-        self._answers: queue.Queue[tuple[str, Answer | None]] = queue.Queue()   # None: something changed
+        self._io: DrainIO | None = None   # the drain's sockets, once it evicts (woken from the loop)
+        self._kept: list[tuple[str, Answer]] = []   # answers heard while waiting, for the book
         self._inputs = inputs or Inputs()
         self._clock = clock   # the wall clock: deadlines, timestamps; intervals are on mono()
         self._stop = threading.Event()
@@ -82,15 +83,13 @@ class DrainRunner(AroundTheServer):
         if self._memo.reported_for != spec.notice_id:
             # Taken over (or an older record): the blocked pods are said again, under this notice.
             self._memo.reported, self._memo.reported_for = list(self._memo.reported_by(spec.notice_id)), spec.notice_id
-        self._local = threading.local()
-        self._main_api: KubeApi | None = None   # the coordinator's client (it discovers first)
         self._health = ApiHealth()
         self._rand = random.Random(spec.notice_id + spec.kind).random
         self._evicted = 0
         self._phase = ""
         self.crashed = ""   # what ended it, if an exception nobody foresaw did (the scheduler restarts it)
         self._fallback_refused = False   # its marker could not be saved: not run, not tried again
-        self._unmarked_count = itertools.count(1)   # pods deleted without their DisruptionTarget (workers)
+        self._unmarked_count = itertools.count(1)   # pods deleted without their DisruptionTarget
         self._why_deleted = (f"deleted by sco-agent: its PodDisruptionBudget blocked eviction past the cutoff of "
                              f"{spec.kind} notice {spec.notice_id} (deadline {spec.deadline_text})")
         # Coordinator thread only (the workers report through the answers queue).
@@ -107,7 +106,7 @@ class DrainRunner(AroundTheServer):
     def inputs(self, value: Inputs) -> None:
         """Replaced whole by the loop (an atomic reference swap), and the drain woken to act on it."""
         self._inputs = value
-        self._answers.put(("", None))
+        self._wake()
 
     def start(self) -> DrainRunner:
         self._thread.start()
@@ -115,7 +114,12 @@ class DrainRunner(AroundTheServer):
 
     def stop(self) -> None:
         self._stop.set()
-        self._answers.put(("", None))   # wake the drain if it waits for answers: it stops at once
+        self._wake()   # the drain waits for answers: it stops at once
+
+    def _wake(self) -> None:
+        io = self._io
+        if io is not None:
+            io.wake()
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -143,14 +147,27 @@ class DrainRunner(AroundTheServer):
         self._report(StepDone(self.spec.notice_id, step, event, data))
 
     def _wait(self, seconds: float) -> None:
+        """Wait (a retry's pause, a probe's) -- serving the drain's sockets meanwhile, once it has
+        them: the watches go on (a failed one is retried), the answers are kept for the book."""
         self._warnings.tick()
-        if self._stop.wait(max(0.0, seconds)):
-            raise Stopped()
+        io = self._io
+        if io is None:
+            if self._stop.wait(max(0.0, seconds)):
+                raise Stopped()
+            return
+        until = mono() + max(0.0, seconds)
+        while not self._stop.is_set():
+            left = until - mono()
+            if left <= 0:
+                return
+            answers, _ = io.poll(left)
+            self._kept.extend(answers)
+        raise Stopped()
 
     # -- the recipe -----------------------------------------------------------------------
     def _main(self) -> None:
         try:
-            api = self._main_api = self._make_api()
+            api = self._make_api()
         except Exception as e:  # noqa: BLE001 -- as below: said, and started again after a pause
             self.crashed = f"{type(e).__name__}: {e}"[:500]
             self._report(Log(self.spec.notice_id, "drain.crashed", {"error": self.crashed}))
@@ -231,45 +248,46 @@ class DrainRunner(AroundTheServer):
         book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.memo.evicted),
                             deleted=frozenset(s.memo.deleted), reported=frozenset(self._memo.reported),
                             rules=s.pod_rules)
-        # Imported here: concurrent.futures pulls in logging, 1.2 MiB an idle executor never
-        # uses (docs/footprint.md); the first drain pays it.
-        from concurrent.futures import ThreadPoolExecutor
-
-        pool = ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="evict")
-        # The node's pods come from a watch, not from a LIST every turn (node_listing).
-        listing = NodeListing(api, self._make_api, lambda: self._answers.put(("", None)), self._warn,
-                              must_leave=must_leave_under(s.pod_rules)).start()
-        last_remaining: list[str] | None = None
+        io = self._io = DrainIO(api, rand=self._rand, mark=self._disruption_target, unmarked=self._unmarked)
         try:
-            while True:
-                if self._stop.is_set():
-                    raise Stopped()
-                at = moment(self._clock)
-                if at.wall > s.deadline + LINGER_S:
-                    self._report(NewState(s.notice_id, DrainState.ENDED))
-                    return
-                sight = self._look(listing, api, at.mono)
-                if sight is None:
-                    last_remaining = None   # said what went wrong meanwhile: say what is left again
-                    continue
-                if sight.pods is None:   # the first list is not in yet
-                    self._exchange(book, pool, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
-                    continue
-                book.observe(sight.pods, sight.pdbs, at, sight.budgets)
-                remaining = book.remaining()
-                if remaining != last_remaining:
-                    self._report(Remaining(s.notice_id, tuple(remaining)))
-                    last_remaining = remaining
-                if book.empty() and not book.in_flight() and sight.confirmed:
-                    self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.memo.evicted) + self._evicted,
-                               skipped=sorted(key for key, _ in book.plan.skipped.values()))
-                    self._report(NewState(s.notice_id, DrainState.DONE))
-                    return
-                self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)
-                self._exchange(book, pool, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+            if self._stop.is_set():   # stopped before the selector could be woken
+                raise Stopped()
+            # The node's pods come from a watch, not from a LIST every turn (node_listing).
+            listing = NodeListing(io, self._warn, must_leave=must_leave_under(s.pod_rules))
+            self._drain(book, listing, io, api)
         finally:
-            listing.stop()
-            pool.shutdown(wait=False, cancel_futures=True)
+            self._io = None
+            io.close()
+
+    def _drain(self, book: EvictionBook, listing: NodeListing, io: DrainIO, api: KubeApi) -> None:
+        s = self.spec
+        last_remaining: list[str] | None = None
+        while True:
+            if self._stop.is_set():
+                raise Stopped()
+            at = moment(self._clock)
+            if at.wall > s.deadline + LINGER_S:
+                self._report(NewState(s.notice_id, DrainState.ENDED))
+                return
+            sight = self._look(listing, api, at.mono)
+            if sight is None:
+                last_remaining = None   # said what went wrong meanwhile: say what is left again
+                continue
+            if sight.pods is None:   # the first list is not in yet
+                self._exchange(book, io, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+                continue
+            book.observe(sight.pods, sight.pdbs, at, sight.budgets)
+            remaining = book.remaining()
+            if remaining != last_remaining:
+                self._report(Remaining(s.notice_id, tuple(remaining)))
+                last_remaining = remaining
+            if book.empty() and not book.in_flight() and sight.confirmed:
+                self._step(Step.NODE_EMPTY, "drain.node_empty", evicted=len(self.spec.memo.evicted) + self._evicted,
+                           skipped=sorted(key for key, _ in book.plan.skipped.values()))
+                self._report(NewState(s.notice_id, DrainState.DONE))
+                return
+            self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)
+            self._exchange(book, io, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
 
     def _look(self, listing: NodeListing, api: KubeApi, now: MonoTime) -> Sight | None:
         """The node as the listing sees it now, or None (after the wait) if it could not say."""
@@ -291,44 +309,50 @@ class DrainRunner(AroundTheServer):
             self._wait(RETRY_S)
         return None
 
-    def _exchange(self, book: EvictionBook, pool: ThreadPoolExecutor, until: float) -> None:
-        """Send what the book says, feed it the answers, until the next listing is due (monotonic)."""
+    def _exchange(self, book: EvictionBook, io: DrainIO, until: float) -> None:
+        """Send what the book says, feed it the answers, until the next listing is due (monotonic)
+        or a watch saw a change (or the inputs did): then replan, once for however many came together."""
+        kept, self._kept = self._kept, []
+        for uid, answer in kept:
+            self._take_answer(book, uid, answer)
         while True:
             at = moment(self._clock)
             actions, emits = book.next_actions(at, self.inputs, self.spec.workers)
             self._forward(emits)
             for a in actions:
-                pool.submit(self._send, a)
+                io.send(a)
             if at.mono >= until:
                 return
             due = book.next_due()
             wake = until if due is None else max(at.mono, min(until, due))
-            try:
-                uid, answer = self._answers.get(timeout=max(0.001, wake - at.mono))
-            except queue.Empty:
-                if self._stop.is_set():
-                    raise Stopped() from None
-                continue
-            if self._take_answers(book, uid, answer):   # a watch saw a change (or the inputs did)
+            if self._heard(book, io, max(0.0, wake - at.mono)):
+                # A change comes in a burst (a pod's deletion, its PDB's new status, the next pod's):
+                # hear the rest of it before the replan, so one replan serves the burst.
+                settle = mono() + COALESCE_S
+                while (left := settle - mono()) > 0:
+                    self._heard(book, io, left)
                 return
 
-    def _take_answers(self, book: EvictionBook, uid: str, answer: Answer | None) -> bool:
-        """This answer and every other one in: to the book; True if any was a change (replan now:
-        once for however many changes came in together)."""
-        changed = False
-        while True:
-            if answer is None:
-                changed = True
-            else:
-                if answer.outcome == "unreachable":
-                    self._health.failed(mono())
-                else:
-                    self._health.ok()
-                self._forward(book.answer(uid, answer, moment(self._clock), self._rand()))
-            try:
-                uid, answer = self._answers.get_nowait()
-            except queue.Empty:
-                return changed
+    def _heard(self, book: EvictionBook, io: DrainIO, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` for the drain's sockets; the answers to the book, the watches'
+        crashes said; True if a watch saw a change (or the loop's inputs did)."""
+        answers, changed = io.poll(timeout_s)
+        for crash in io.take_crashes():
+            self._report(Announce(self.spec.notice_id, "agent.thread_restarted", {
+                "thread": f"drain-{self.spec.notice_id[:16]}/{crash.thread}", "error": crash.error,
+                "restarts": crash.restarts, "pause_s": crash.pause_s}))
+        for uid, answer in answers:
+            self._take_answer(book, uid, answer)
+        if self._stop.is_set():
+            raise Stopped()
+        return changed
+
+    def _take_answer(self, book: EvictionBook, uid: str, answer: Answer) -> None:
+        if answer.outcome == "unreachable":
+            self._health.failed(mono())
+        else:
+            self._health.ok()
+        self._forward(book.answer(uid, answer, moment(self._clock), self._rand()))
 
     def _forward(self, emits: list[Emit]) -> None:
         """The book's events to the loop; what a restart must not do again goes into the memo."""
@@ -356,20 +380,13 @@ class DrainRunner(AroundTheServer):
             self._warn("drain.pdbs_unreadable", str(e))
             return None
 
-    # -- a worker thread ------------------------------------------------------------------
-    def _send(self, action: Action) -> None:
-        api = getattr(self._local, "api", None)
-        if api is None:
-            api = self._local.api = self._make_api()
-            if self._main_api is not None:
-                api.share_discovery(self._main_api)
-        answer = answer_of(lambda: node_steps.mark_then_delete(api, action.pod, action.grace_s, self._why_deleted,
-                                                               self._unmarked) if action.op == "delete"
-                            else api.evict_pod(action.pod, action.grace_s))
-        self._answers.put((action.uid, answer))
+    def _disruption_target(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The ``DisruptionTarget`` patch a pod gets before the agent deletes it (None: it has one)."""
+        return conditions.disruption_target_patch(pod, self._clock(), self._why_deleted)
 
     def _unmarked(self, pod: dict[str, Any], error: str) -> None:
-        """A pod deleted without its DisruptionTarget (the status write failed): said and counted."""
+        """A pod deleted without its DisruptionTarget (the status write failed): said and counted (the
+        drain's thread: ``DrainIO`` calls it when the mark's answer lands, before it sends the delete)."""
         md = pod.get("metadata") or {}
         self._report(Announce(self.spec.notice_id, "drain.disruption_target_failed", {
             "pod": f"{md.get('namespace', '')}/{md.get('name', '')}", "uid": str(md.get("uid", "")),

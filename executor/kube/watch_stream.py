@@ -1,4 +1,6 @@
-"""One Kubernetes watch over its own connection (adapter; stdlib ``http.client``).
+"""One Kubernetes watch over its own blocking connection, in a thread of its own (adapter; stdlib
+``http.client``): what bench/fleet_cluster.py's observer reads every pod of the cluster with. The
+agent's drains do not use it: their watches are served by the drain's one thread (``drain_io``).
 
 A watch is a GET with ``watch=1`` that the server answers with ``200`` and then keeps open:
 ``Transfer-Encoding: chunked``, one JSON object per line, ``{"type": ADDED | MODIFIED |

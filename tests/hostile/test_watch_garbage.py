@@ -1,35 +1,25 @@
-"""A hostile or broken API server on a pod watch (executor.kube.watch_stream via KubeApi.watch_pods).
+"""A hostile or broken API server on a pod watch (executor.kube.http_feed, as the drain's loop feeds it).
 
 A watch is one JSON object per line, ``{"type", "object"}`` (Kubernetes API concepts, "Efficient
 detection of changes"). Whatever the server writes instead -- not JSON, JSON that is not an event,
 a line past the bound, a line cut short -- the watch yields only well-formed events, and ends
-either quietly (a cut line: resume from the last resourceVersion) or with one ``KubeError``
-"WatchRefused" naming what it got, which the drain says (``drain.list_failed``) and retries.
-Never another exception, never an event built from garbage.
+either quietly (a cut line: resume from the last resourceVersion) or refused, naming what it got
+(the drain's loop raises it as one ``KubeError`` "WatchRefused", which the drain says,
+``drain.list_failed``, and retries). Never another exception, never an event built from garbage,
+however the bytes are cut into reads.
 """
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 import ujson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor.kube.api import KubeApi, KubeError
-from executor.kube.watch_stream import MAX_EVENT_BYTES
-from tests.hostile.test_fuzz_http import RawServer
+from executor.kube.http_feed import MAX_EVENT_BYTES, ResponseFeed
 from tests.support.fuzzing import fuzz
 
 NODE = "node-a"
 GOOD = ujson.dumps({"type": "ADDED", "object": {"metadata": {"name": "p", "resourceVersion": "7"}}}).encode() + b"\n"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RawServer]:
-    srv = RawServer()
-    yield srv
-    srv.close()
 
 
 def answer(body: bytes) -> bytes:
@@ -39,18 +29,17 @@ def answer(body: bytes) -> bytes:
             + chunks + b"0\r\n\r\n")
 
 
-def watch(server: RawServer, body: bytes) -> tuple[list[dict], KubeError | None]:
-    server.reply = answer(body)
-    api = KubeApi(server.url, NODE, timeout_s=2.0)
+def watch(body: bytes, cut: int = 1 << 30, *, ended: bool = True) -> tuple[list[dict], str]:
+    """The events and the refusal of a watch answer fed ``cut`` bytes at a time (as reads come)."""
+    data = answer(body) if ended else answer(body)[:-5]
+    feed = ResponseFeed(stream=True)
     got: list[dict] = []
-    try:
-        for event in api.watch_pods("1", 5):
-            got.append(event)
-    except KubeError as e:
-        return got, e
-    finally:
-        api.close()
-    return got, None
+    for i in range(0, len(data), cut):
+        feed.feed(data[i:i + cut])
+        got += feed.take_events()
+    feed.closed()
+    assert feed.status == 200 and (feed.complete or feed.refused or not ended)
+    return got, feed.refused
 
 
 @pytest.mark.parametrize(("body", "refused"), [
@@ -59,15 +48,15 @@ def watch(server: RawServer, body: bytes) -> tuple[list[dict], KubeError | None]
     (GOOD + b"[1, 2]\n", "not a watch event"),
     (b"{" + b" " * (MAX_EVENT_BYTES + 10) + b"}\n", "a line over"),
 ])
-def test_garbage_ends_the_watch_with_one_clear_error(server: RawServer, body: bytes, refused: str) -> None:
-    got, error = watch(server, body)
-    assert error is not None and error.reason == "WatchRefused" and refused in error.message
+def test_garbage_ends_the_watch_with_one_clear_error(body: bytes, refused: str) -> None:
+    got, error = watch(body)
+    assert refused in error
     assert all(e == ujson.loads(GOOD) for e in got)   # what came before the garbage, and only that
 
 
-def test_a_line_cut_short_ends_the_watch_quietly(server: RawServer) -> None:
-    got, error = watch(server, GOOD + GOOD[:20])
-    assert error is None and got == [ujson.loads(GOOD)]
+def test_a_line_cut_short_ends_the_watch_quietly() -> None:
+    got, error = watch(GOOD + GOOD[:20], ended=False)
+    assert error == "" and got == [ujson.loads(GOOD)]
 
 
 lines = st.one_of(
@@ -80,9 +69,9 @@ lines = st.one_of(
 
 
 @fuzz(60)
-@given(body=st.lists(lines, max_size=6).map(b"".join))
-def test_any_body_yields_only_events_and_ends_in_a_known_way(server: RawServer, body: bytes) -> None:
-    got, error = watch(server, body)
+@given(body=st.lists(lines, max_size=6).map(b"".join), cut=st.integers(1, 300))
+def test_any_body_yields_only_events_and_ends_in_a_known_way(body: bytes, cut: int) -> None:
+    got, error = watch(body, cut)
     for event in got:
         assert isinstance(event, dict) and isinstance(event.get("object"), dict)
-    assert error is None or error.reason == "WatchRefused"
+    assert got == watch(body)[0] and error == watch(body)[1]   # however the reads cut the bytes
