@@ -343,9 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadlines", default=None, help="comma-separated seconds (default 30,120)")
     parser.add_argument("--factors", default=None, help="overload factors (default 1,2,4)")
     parser.add_argument("--peers", default=None, help="central,central50,kubectl (default all; '' for none)")
-    parser.add_argument("--probe-nodes", type=int, default=None, help="nodes the ideal drainer drains (default 60)")
+    parser.add_argument("--probe-nodes", type=int, default=None, help="nodes the ideal drainer drains (default 100)")
     parser.add_argument("--capacity", type=float, default=None, help="skip the probe: this many evictions/s")
-    parser.add_argument("--max-nodes", type=int, default=600, help="no scenario larger (its factor is then lower)")
+    parser.add_argument("--max-nodes", type=int, default=700, help="no scenario larger (its factor is then lower)")
     parser.add_argument("--agent-processes", type=int, default=4)
     parser.add_argument("--server-cpus", default="0", help="the cores of kube-apiserver and etcd (taskset list)")
     parser.add_argument("--other-cpus", default="1", help="the cores of everything else")
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     factors = [float(x) for x in (args.factors or ("1,2" if args.quick else "1,2,4")).split(",")]
     peers_arg = args.peers if args.peers is not None else ("central50" if args.quick else "central,central50,kubectl")
     peers = [p for p in peers_arg.split(",") if p]
-    probe = args.probe_nodes or (20 if args.quick else 60)
+    probe = args.probe_nodes or (20 if args.quick else 100)
     if not args.no_pin:   # before any thread or child: all of them inherit it
         os.sched_setaffinity(0, cpu_list(args.other_cpus))
     binary = cached_binary()

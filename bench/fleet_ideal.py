@@ -24,7 +24,7 @@ import ujson
 from common.http import HttpClient, HttpError, TlsFiles
 from executor.kube.watch_stream import WatchStream
 
-SENDERS = 24
+SENDERS = 48
 Obj = dict[str, Any]
 
 

@@ -49,12 +49,13 @@ import random
 import sys
 from collections import deque
 from collections.abc import Generator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 SERVER_SEATS = 600          # --max-requests-inflight 400 + --max-mutating-requests-inflight 200 (defaults)
 PODS, PDBS, PODS_PER_PDB, ROOM = 30, 3, 10, 5
 LEASE_S = 10.0
+IDEAL_SENDERS = 48          # bench/fleet_ideal.py SENDERS (not imported: the model stays free of I/O modules)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class Costs:
     kubelet_s: float = 0.15       # eviction accepted -> pod gone (the fake kubelet's turn)
     controller_s: float = 0.15    # pod gone -> PDB status rewritten (the fake controller's turn)
     retry_s: float = 1.0          # after an APF 429 (Retry-After)
+    agent_cpu_per_pod: float = 0.0     # the agent's own CPU per pod drained (bench.fleet: psutil)
+    client_core_share: float = 1.0     # the share of the agents' core they got, where they share one
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class Hall:
     horizon_s: float = 600.0
     leases: bool = True
     seed: int = 1
+    shared_client_core: bool = False   # every agent on one core, as in bench.fleet (else each on its node)
+    max_inflight: int = 0              # evictions in flight at most, all nodes together (0: no bound;
+                                       # bench.fleet's ideal drainer: its SENDERS threads)
+    setup: bool = True                 # False: no request before the first eviction (the ideal drainer)
 
 
 @dataclass
@@ -311,6 +318,9 @@ class _Sim:
         self.sent = 0
         self.tokens, self.token_t = float(hall.burst), 0.0
         self.central_queue: deque[int] = deque(range(n))
+        self.client_free_at = 0.0
+        self.inflight = 0
+        self.pending: deque[Request] = deque()
 
     def at(self, t: float, kind: str, data: Any) -> None:
         self._seq += 1
@@ -366,14 +376,28 @@ class _Sim:
         return Request(f"system:node:n{node}", "sco-agent", cost, kind, node, tag=tag)
 
     def on_agent_start(self, now: float, node: int) -> None:
+        if not self.hall.setup:
+            self._agent_evict_all(now, node)
+            return
         self.send(now, self._agent(node, "setup", self.costs.request, tag=self.costs.agent_setup - 1))
 
     def _agent_evict_all(self, now: float, node: int) -> None:
+        c = self.costs
         for k in range(PDBS):
             while self.room[node][k] > 0 and self.todo[node][k] > 0:
                 self.room[node][k] -= 1
                 self.todo[node][k] -= 1
-                self.send(now, self._agent(node, "eviction", self.costs.eviction, tag=k))
+                req = self._agent(node, "eviction", c.eviction, tag=k)
+                if self.hall.max_inflight and self.inflight >= self.hall.max_inflight:
+                    self.pending.append(req)
+                elif self.hall.shared_client_core and c.agent_cpu_per_pod > 0:
+                    # The agents' own work for this pod, queued on the one core they share.
+                    self.client_free_at = max(now, self.client_free_at) + c.agent_cpu_per_pod / c.client_core_share
+                    self.inflight += 1
+                    self.at(self.client_free_at, "resend", req)
+                else:
+                    self.inflight += 1
+                    self.send(now, req)
 
     # the central peer: ``workers`` synchronous workers (generators) behind one token bucket
     def _central_worker(self, w: _Worker) -> Worker:
@@ -461,6 +485,10 @@ class _Sim:
                 self._agent_evict_all(now, node)
         elif req.kind == "eviction":
             self.at(now + self.costs.kubelet_s, "pod_gone", (node, req.tag, -1))
+            self.inflight -= 1
+            if self.pending:
+                self.inflight += 1
+                self.send(now, self.pending.popleft())
 
     def on_pod_gone(self, now: float, data: tuple[int, int, int]) -> None:
         node, k, j = data
@@ -510,46 +538,68 @@ def simulate(hall: Hall, costs: Costs, levels: tuple[Level, ...] = LEVELS_1_20) 
 
 
 # -- calibration on bench.fleet's results ----------------------------------------------------------
+def available(row: dict[str, Any]) -> tuple[float, float]:
+    """(server core, client core) shares the run left to the bench in this row: 1 less what other
+    processes used of each (the rows' ``load`` and ``cpu_s``: a shared machine)."""
+    load, cpu = row.get("load") or {}, row.get("cpu_s") or {}
+    wall = load.get("wall_s") or row["ran_s"]
+    others_server = load.get("server_core_others_s") or 0.0
+    others_client = max(0.0, (cpu.get("others_on_machine") or 0.0) - others_server)
+    return max(0.05, 1 - others_server / wall), max(0.05, 1 - others_client / wall)
+
+
 def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
-    """The per-request costs from bench.fleet's rows (agents and ideal): the server's CPU (API
-    server + etcd) per pod out, split between the eviction and what follows in the measured
-    proportion 1:1, the agents' extra requests per pod from their own count, the core's share
-    from what the server used over the wall time where it was saturated."""
-    used = [r for r in rows if not r.get("error") and r.get("pods_out")]
+    """The costs from bench.fleet's rows: the server's CPU (API server + etcd) in each row as
+    ``per_pod x pods out + per_request x (every other request: the drainer's beyond one eviction
+    per pod, and the lease renewals)``, fitted by least squares over the rows (``per_pod`` split
+    evenly between the eviction and what follows it: the kubelet's DELETE, the PDB status write,
+    the watch events); the agents' extra requests per pod and their own CPU per pod are medians of
+    the rows. ``core_share`` 1: a whole core for the server (``compare`` puts each row's own in)."""
+    used = [r for r in rows if not r.get("error") and r.get("pods_out") and r.get("requests_per_pod") is not None]
     if not used:
         raise ValueError("no completed row to calibrate on")
-    per_pod = []
-    shares = []
-    extra = []
+    xs, ys, extra = [], [], []
     for r in used:
         cpu = r["cpu_s"]
-        server = cpu["kube-apiserver"] + cpu["etcd"]
-        lease_n = (r.get("lease") or {}).get("renewals") or 0
-        per_pod.append((server - lease_n * base.lease) / r["pods_out"])
-        wall = (r.get("load") or {}).get("wall_s") or r["ran_s"]
-        shares.append(min(1.0, server / wall))
-        if r["drainer"] == "agents" and r.get("requests_per_pod"):
+        others = max(0.0, r["requests_per_pod"] - 1.0) * r["pods_out"] + ((r.get("lease") or {}).get("renewals") or 0)
+        xs.append((float(r["pods_out"]), others))
+        ys.append(cpu["kube-apiserver"] + cpu["etcd"])
+        if r["drainer"] == "agents":
             extra.append(max(0.0, r["requests_per_pod"] - 1.0 - base.agent_setup / PODS))
-    c_pod = sorted(per_pod)[len(per_pod) // 2]
-    share = max(shares)
-    return Costs(eviction=c_pod / 2, pod_gone=c_pod / 2, request=base.request, lease=base.lease,
-                 core_share=round(share, 3), agent_setup=base.agent_setup,
-                 agent_extra_per_pod=round(sorted(extra)[len(extra) // 2], 3) if extra else base.agent_extra_per_pod,
-                 kubelet_s=base.kubelet_s, controller_s=base.controller_s, retry_s=base.retry_s)
+    saa = sum(a * a for a, _ in xs)
+    sab = sum(a * b for a, b in xs)
+    sbb = sum(b * b for _, b in xs)
+    say = sum(a * y for (a, _), y in zip(xs, ys, strict=True))
+    sby = sum(b * y for (_, b), y in zip(xs, ys, strict=True))
+    det = saa * sbb - sab * sab
+    per_pod, per_req = (say / saa, 0.0) if abs(det) < 1e-12 else ((say * sbb - sby * sab) / det, (sby * saa - say * sab) / det)
+    if per_req <= 0:          # the rows cannot tell the two apart: every request's cost in the pod's
+        per_pod, per_req = say / saa, base.request * 0.1
+    agent_cpu = sorted(r["agent_cpu_s_per_pod"] for r in used if r.get("agent_cpu_s_per_pod"))
+    return replace(base, eviction=round(per_pod / 2, 5), pod_gone=round(per_pod / 2, 5), request=round(per_req, 5),
+                   lease=round(per_req, 5), core_share=1.0,
+                   agent_extra_per_pod=round(sorted(extra)[len(extra) // 2], 3) if extra else base.agent_extra_per_pod,
+                   agent_cpu_per_pod=round(agent_cpu[len(agent_cpu) // 2], 4) if agent_cpu else 0.0)
 
 
 def compare(row: dict[str, Any], costs: Costs) -> dict[str, Any]:
-    """A measured row beside the model's prediction of it, and each figure's relative error."""
+    """A measured row beside the model's prediction of it (with the cores the row had: its
+    server core less others' use, the agents on one shared core as in the bench), and each
+    figure's relative error."""
     drainer = row["drainer"]
+    server_share, client_share = available(row)
     hall = Hall(row["nodes"], row["deadline_s"], "agents" if drainer in ("agents", "ideal") else "central",
                 qps=50.0 if drainer == "central50" else 5.0, burst=100 if drainer == "central50" else 10,
-                horizon_s=row["ran_s"] + 1)
-    res = simulate(hall, costs)
+                horizon_s=row["ran_s"], shared_client_core=drainer == "agents",
+                max_inflight=IDEAL_SENDERS if drainer == "ideal" else 0, setup=drainer != "ideal")
+    res = simulate(hall, replace(costs, core_share=server_share, client_core_share=client_share,
+                                 agent_cpu_per_pod=row.get("agent_cpu_s_per_pod") or costs.agent_cpu_per_pod))
     pairs = {"evictions_per_s": (row["evictions_per_s"], res.evictions_per_s),
              "pods_out_by_deadline_share": (row["pods_out_by_deadline_share"], round(res.pods_out_by_deadline_share, 4)),
              "time_to_drain_all_s": (row["time_to_drain_all_s"], res.time_to_drain_all_s),
              "lease_p99_ms": ((row.get("lease") or {}).get("p99_ms"), res.lease_p99_ms)}
-    out: dict[str, Any] = {"label": row["label"], "nodes": row["nodes"]}
+    out: dict[str, Any] = {"label": row["label"], "nodes": row["nodes"], "server_core": round(server_share, 2),
+                           "client_core": round(client_share, 2)}
     for k, (m, p) in pairs.items():
         err = None if m in (None, 0) or p is None else round(abs(p - m) / m, 3)
         out[k] = {"measured": m, "model": p, "error": err}

@@ -3,6 +3,7 @@ queuing, the shared core, and the drains built on them."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -120,15 +121,25 @@ def test_the_central_peer_is_held_to_its_token_bucket():
     assert res.time_to_drain_all_s is None
 
 
-def test_the_fit_and_the_comparison_read_bench_fleet_rows():
-    row = {"label": "agents 30s x1", "drainer": "agents", "nodes": 10, "pods": 300, "deadline_s": 30.0,
-           "pods_out": 300, "pods_out_by_deadline_share": 1.0, "time_to_drain_all_s": 12.0, "ran_s": 12.0,
-           "evictions_per_s": 25.0, "requests_per_pod": 1.6, "lease": {"p99_ms": 50.0, "renewals": 12},
-           "cpu_s": {"kube-apiserver": 5.0, "etcd": 1.0}, "load": {"wall_s": 12.0}}
-    costs = fit_costs([row])
-    assert costs.eviction + costs.pod_gone == pytest.approx((6.0 - 12 * costs.lease) / 300)
-    assert costs.core_share == pytest.approx(0.5)
-    side = compare(row, costs)
+def _row(pods: int, per_pod_requests: float, leases: int, cpu: float) -> dict[str, Any]:
+    return {"label": f"agents {pods}", "drainer": "agents", "nodes": pods // PODS, "pods": pods, "deadline_s": 30.0,
+            "pods_out": pods, "pods_out_by_deadline_share": 1.0, "time_to_drain_all_s": 12.0, "ran_s": 12.0,
+            "evictions_per_s": pods / 12.0, "requests_per_pod": per_pod_requests,
+            "lease": {"p99_ms": 50.0, "renewals": leases},
+            "cpu_s": {"kube-apiserver": cpu * 0.8, "etcd": cpu * 0.2, "others_on_machine": 9.0},
+            "load": {"wall_s": 12.0, "server_core_others_s": 6.0}, "agent_cpu_s_per_pod": 0.01}
+
+
+def test_the_fit_recovers_the_per_pod_and_per_request_costs_the_rows_were_made_with_and_compare_reads_a_row():
+    per_pod, per_req = 0.012, 0.003
+    rows = [_row(pods, rpp, leases, per_pod * pods + per_req * ((rpp - 1) * pods + leases))
+            for pods, rpp, leases in ((300, 1.3, 12), (1200, 2.0, 100), (3000, 1.1, 500), (600, 3.0, 40))]
+    costs = fit_costs(rows)
+    assert costs.eviction + costs.pod_gone == pytest.approx(per_pod, rel=1e-3)
+    assert costs.request == pytest.approx(per_req, rel=1e-3) and costs.lease == costs.request
+    assert costs.agent_cpu_per_pod == 0.01 and costs.core_share == 1.0
+    side = compare(rows[0], costs)
+    assert (side["server_core"], side["client_core"]) == (0.5, 0.75)   # what others left of each core
     assert side["evictions_per_s"]["measured"] == 25.0 and side["evictions_per_s"]["model"] is not None
     with pytest.raises(ValueError):
         fit_costs([])
