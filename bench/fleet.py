@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=None, help="central,central50,kubectl (default all; '' for none)")
     parser.add_argument("--probe-nodes", type=int, default=None, help="nodes the ideal drainer drains (default 100)")
     parser.add_argument("--capacity", type=float, default=None, help="skip the probe: this many evictions/s")
-    parser.add_argument("--max-nodes", type=int, default=700, help="no scenario larger (its factor is then lower)")
+    parser.add_argument("--max-nodes", type=int, default=1000, help="no scenario larger (its factor is then lower)")
     parser.add_argument("--agent-processes", type=int, default=4)
     parser.add_argument("--server-cpus", default="0", help="the cores of kube-apiserver and etcd (taskset list)")
     parser.add_argument("--other-cpus", default="1", help="the cores of everything else")

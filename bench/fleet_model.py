@@ -27,7 +27,9 @@ What is modelled (pure core: ``simulate`` takes plain data and returns plain dat
 - **A node's drain** (executor/kube/runner.py as measured): ``Costs.agent_setup`` requests (cordon,
   taint, lists) then evictions, each PDB paced by its watched room (maxUnavailable 50 % of 10: 5 at
   a time, room back once the kubelet has deleted the pod and the disruption controller rewritten
-  the status); a 429 from APF is retried after ``retry_s``.
+  the status), at most the agent's window in flight (executor/kube/pacing.py ``ConcurrencyLimit``:
+  8 workers, an APF 429 halves it and is retried after Retry-After doubling to 8 s with jitter, a
+  slow answer cuts it by a fifth, every other answer adds about 1/window).
 - **The central peer** (bench/fleet_peers.py): ``workers`` nodes at a time through one token bucket
   (qps, burst): GET + PATCH + LIST per node, an eviction per pod (a PDB 429 retried after 5 s), then
   a GET per pod per second until it is gone.
@@ -55,7 +57,10 @@ from typing import Any
 SERVER_SEATS = 600          # --max-requests-inflight 400 + --max-mutating-requests-inflight 200 (defaults)
 PODS, PDBS, PODS_PER_PDB, ROOM = 30, 3, 10, 5
 LEASE_S = 10.0
-IDEAL_SENDERS = 48          # bench/fleet_ideal.py SENDERS (not imported: the model stays free of I/O modules)
+LINGER_S = 30.0             # executor/kube/runner.py: the agents stop this long past the deadline
+IDEAL_SENDERS = 48
+AGENT_WORKERS = 8           # executor/kube/drain_spec.py WORKERS: the window's ceiling
+SLOW_FACTOR, SLOW_WINDOW, SLOW_FLOOR_S = 3.0, 32, 0.5   # executor/kube/pacing.py          # bench/fleet_ideal.py SENDERS (not imported: the model stays free of I/O modules)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class Hall:
     max_inflight: int = 0              # evictions in flight at most, all nodes together (0: no bound;
                                        # bench.fleet's ideal drainer: its SENDERS threads)
     setup: bool = True                 # False: no request before the first eviction (the ideal drainer)
+    aimd: bool = True                  # the agents' eviction window (False: the ideal drainer's exact pacing only)
 
 
 @dataclass
@@ -321,6 +327,12 @@ class _Sim:
         self.client_free_at = 0.0
         self.inflight = 0
         self.pending: deque[Request] = deque()
+        # Each agent's eviction window (executor/kube/pacing.py ConcurrencyLimit): AIMD over its workers.
+        self.limit = [float(AGENT_WORKERS)] * n
+        self.cut_at = [-math.inf] * n
+        self.in_node = [0] * n
+        self.throttles = [0] * n
+        self.fast: list[deque[float]] = [deque(maxlen=SLOW_WINDOW) for _ in range(n)]
 
     def at(self, t: float, kind: str, data: Any) -> None:
         self._seq += 1
@@ -384,9 +396,11 @@ class _Sim:
     def _agent_evict_all(self, now: float, node: int) -> None:
         c = self.costs
         for k in range(PDBS):
-            while self.room[node][k] > 0 and self.todo[node][k] > 0:
+            while self.room[node][k] > 0 and self.todo[node][k] > 0 and \
+                    (not self.hall.aimd or self.in_node[node] < max(1, int(self.limit[node]))):
                 self.room[node][k] -= 1
                 self.todo[node][k] -= 1
+                self.in_node[node] += 1
                 req = self._agent(node, "eviction", c.eviction, tag=k)
                 if self.hall.max_inflight and self.inflight >= self.hall.max_inflight:
                     self.pending.append(req)
@@ -460,6 +474,17 @@ class _Sim:
         if req.kind == "lease":
             self.lease_fail += 1
             return                                           # the next renewal is 10 s on
+        node = req.owner
+        if req.kind == "eviction" and req.flow != "central" and self.hall.aimd:
+            # pacing.ConcurrencyLimit: an APF 429 halves the window, once per round trip; the retry
+            # waits Retry-After (1 s) doubling while throttled, up to 8 s, plus up to 50 % jitter.
+            if req.sent_at > self.cut_at[node]:
+                self.limit[node] = max(1.0, self.limit[node] * 0.5)
+                self.cut_at[node] = now
+            self.throttles[node] += 1
+            delay = min(8.0, self.costs.retry_s * 2 ** (self.throttles[node] - 1)) * (1 + 0.5 * self.rng.random())
+            self.at(now + delay, "resend", req)
+            return
         self.at(now + self.costs.retry_s, "resend", req)
 
     def on_resend(self, now: float, req: Request) -> None:
@@ -485,10 +510,29 @@ class _Sim:
                 self._agent_evict_all(now, node)
         elif req.kind == "eviction":
             self.at(now + self.costs.kubelet_s, "pod_gone", (node, req.tag, -1))
+            if self.hall.aimd:
+                self._aimd_answered(now, req)
             self.inflight -= 1
             if self.pending:
                 self.inflight += 1
                 self.send(now, self.pending.popleft())
+
+    def _aimd_answered(self, now: float, req: Request) -> None:
+        node = req.owner
+        self.in_node[node] -= 1
+        self.throttles[node] = 0
+        latency = now - req.sent_at
+        fast = self.fast[node]
+        slow = bool(fast) and latency > SLOW_FACTOR * min(fast) and latency > SLOW_FLOOR_S
+        fast.append(latency)
+        if slow:
+            if req.sent_at > self.cut_at[node]:
+                self.limit[node] = max(1.0, self.limit[node] * 0.8)
+                self.cut_at[node] = now
+        else:
+            self.limit[node] = min(float(AGENT_WORKERS), self.limit[node] + (1.0 + 0.5 * (self.rng.random() - 0.5))
+                                   / self.limit[node])
+        self._agent_evict_all(now, node)
 
     def on_pod_gone(self, now: float, data: tuple[int, int, int]) -> None:
         node, k, j = data
@@ -591,7 +635,8 @@ def compare(row: dict[str, Any], costs: Costs) -> dict[str, Any]:
     hall = Hall(row["nodes"], row["deadline_s"], "agents" if drainer in ("agents", "ideal") else "central",
                 qps=50.0 if drainer == "central50" else 5.0, burst=100 if drainer == "central50" else 10,
                 horizon_s=row["ran_s"], shared_client_core=drainer == "agents",
-                max_inflight=IDEAL_SENDERS if drainer == "ideal" else 0, setup=drainer != "ideal")
+                max_inflight=IDEAL_SENDERS if drainer == "ideal" else 0, setup=drainer != "ideal",
+                aimd=drainer != "ideal")
     res = simulate(hall, replace(costs, core_share=server_share, client_core_share=client_share,
                                  agent_cpu_per_pod=row.get("agent_cpu_s_per_pod") or costs.agent_cpu_per_pod))
     pairs = {"evictions_per_s": (row["evictions_per_s"], res.evictions_per_s),
@@ -614,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadlines", default="120,30")
     parser.add_argument("--min-nodes", type=int, default=50)
     parser.add_argument("--max-nodes", type=int, default=400)
+    parser.add_argument("--horizon", type=float, default=3600.0, help="how long the central peers run, at most")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for path in args.calibrate:
@@ -634,10 +680,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"calibration": compare(row, costs)}))
     for n in (int(x) for x in args.nodes.split(",")):
         for d in (float(x) for x in args.deadlines.split(",")):
-            for drainer, qps, burst in (("agents", 0.0, 0), ("central", 5.0, 10), ("central", 50.0, 100)):
-                res = simulate(Hall(n, d, drainer, qps=qps or 5.0, burst=burst or 10, horizon_s=max(600.0, 5 * d)), costs)
-                print(json.dumps({"model": {**asdict(res), "pods_out_by_deadline_share":
-                                            round(res.pods_out_by_deadline_share, 4)}}))
+            # The agents give up 30 s past the deadline (runner.LINGER_S); the central peers run on.
+            for drainer, qps, burst, horizon in (("agents", 5.0, 10, d + LINGER_S), ("central", 5.0, 10, args.horizon),
+                                                 ("central", 50.0, 100, args.horizon)):
+                res = simulate(Hall(n, d, drainer, qps=qps, burst=burst, horizon_s=horizon), costs)
+                print(json.dumps({"model": {**asdict(res), "horizon_s": horizon,
+                                            "pods_out_by_deadline_share": round(res.pods_out_by_deadline_share, 4)}}),
+                      flush=True)
     return 0
 
 

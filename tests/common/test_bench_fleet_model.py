@@ -143,3 +143,15 @@ def test_the_fit_recovers_the_per_pod_and_per_request_costs_the_rows_were_made_w
     assert side["evictions_per_s"]["measured"] == 25.0 and side["evictions_per_s"]["model"] is not None
     with pytest.raises(ValueError):
         fit_costs([])
+
+
+def test_the_agents_window_halves_on_apf_rejections_so_an_overloaded_level_rejects_far_less():
+    small = tuple(Level("sco-agent", 40, queues=4, hand_size=2, queue_length_limit=5) if lv.name == "sco-agent" else lv
+                  for lv in LEVELS_1_20)
+    costs = Costs(eviction=0.003, pod_gone=0.003, request=0.001, lease=0.001, core_share=1.0)
+    hall = Hall(100, 30.0, horizon_s=60.0, leases=False)
+    fixed = simulate(Hall(100, 30.0, horizon_s=60.0, leases=False, aimd=False), costs, small)
+    adaptive = simulate(hall, costs, small)
+    assert fixed.rejected > 0
+    assert adaptive.rejected < fixed.rejected / 2
+    assert adaptive.pods_out_by_deadline >= 0.8 * fixed.pods_out_by_deadline   # and no less goes out
