@@ -599,7 +599,8 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
     evenly between the eviction and what follows it: the kubelet's DELETE, the PDB status write,
     the watch events); the agents' extra requests per pod and their own CPU per pod are medians of
     the rows. ``core_share`` 1: a whole core for the server (``compare`` puts each row's own in)."""
-    used = [r for r in rows if not r.get("error") and r.get("pods_out") and r.get("requests_per_pod") is not None]
+    used = [r for r in rows if not r.get("error") and r.get("pods_out") and r.get("requests_per_pod") is not None
+            and r.get("drainer") != "kubectl"]     # kubectl's request count is the server's, background included
     if not used:
         raise ValueError("no completed row to calibrate on")
     xs, ys, extra = [], [], []
@@ -631,6 +632,8 @@ def compare(row: dict[str, Any], costs: Costs) -> dict[str, Any]:
     server core less others' use, the agents on one shared core as in the bench), and each
     figure's relative error."""
     drainer = row["drainer"]
+    if drainer == "kubectl":      # N kubectl processes: not in the model
+        return {"label": row["label"], "nodes": row["nodes"], "modelled": False}
     server_share, client_share = available(row)
     hall = Hall(row["nodes"], row["deadline_s"], "agents" if drainer in ("agents", "ideal") else "central",
                 qps=50.0 if drainer == "central50" else 5.0, burst=100 if drainer == "central50" else 10,
@@ -667,17 +670,17 @@ def main(argv: list[str] | None = None) -> int:
             for text in f:
                 if text.startswith("{"):
                     rows.extend(json.loads(text)["results"])
+    rows = [r for r in rows if not r.get("error") and args.min_nodes <= r["nodes"] <= args.max_nodes]
     if args.costs:
         with open(args.costs, encoding="utf-8") as f:
             costs = Costs(**json.load(f))
     elif rows:
-        costs = fit_costs([r for r in rows if r.get("drainer") in ("agents", "ideal")])
+        costs = fit_costs(rows)
     else:
         costs = Costs()
-    print(json.dumps({"costs": asdict(costs)}))
+    print(json.dumps({"costs": asdict(costs)}), flush=True)
     for row in rows:
-        if not row.get("error") and args.min_nodes <= row["nodes"] <= args.max_nodes:
-            print(json.dumps({"calibration": compare(row, costs)}))
+        print(json.dumps({"calibration": compare(row, costs)}), flush=True)
     for n in (int(x) for x in args.nodes.split(",")):
         for d in (float(x) for x in args.deadlines.split(",")):
             # The agents give up 30 s past the deadline (runner.LINGER_S); the central peers run on.
