@@ -1,7 +1,8 @@
 """Benchmark: a hall-wide reclaim -- N nodes noticed in the same second -- against one real API server,
 measured against the server's own limit.
 
-Run from the repository root: ``python -m bench.fleet`` (the full run, ~25 min on 2 cores), or
+Run from the repository root: ``python -m bench.fleet`` (the full run: 29 min on 2 cores shared with
+other sessions, 3 Dec), or
 ``python -m bench.fleet --quick`` (or ``FLEET_QUICK=1``: a few minutes, for development).
 
 The cluster (bench/fleet_cluster.py): kube-apiserver v1.20.2 + etcd with TLS (the rig of

@@ -663,6 +663,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-nodes", type=int, default=50)
     parser.add_argument("--max-nodes", type=int, default=400)
     parser.add_argument("--horizon", type=float, default=3600.0, help="how long the central peers run, at most")
+    parser.add_argument("--server-cores", default="1,8",
+                        help="the server's cores in the predictions: 1 is this machine's pinned core; a production "
+                             "control plane has several")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for path in args.calibrate:
@@ -681,15 +684,15 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"costs": asdict(costs)}), flush=True)
     for row in rows:
         print(json.dumps({"calibration": compare(row, costs)}), flush=True)
-    for n in (int(x) for x in args.nodes.split(",")):
-        for d in (float(x) for x in args.deadlines.split(",")):
-            # The agents give up 30 s past the deadline (runner.LINGER_S); the central peers run on.
-            for drainer, qps, burst, horizon in (("agents", 5.0, 10, d + LINGER_S), ("central", 5.0, 10, args.horizon),
-                                                 ("central", 50.0, 100, args.horizon)):
-                res = simulate(Hall(n, d, drainer, qps=qps, burst=burst, horizon_s=horizon), costs)
-                print(json.dumps({"model": {**asdict(res), "horizon_s": horizon,
-                                            "pods_out_by_deadline_share": round(res.pods_out_by_deadline_share, 4)}}),
-                      flush=True)
+    for cores, n, d in ((float(c), int(n), float(d)) for c in args.server_cores.split(",")
+                        for n in args.nodes.split(",") for d in args.deadlines.split(",")):
+        # The agents give up 30 s past the deadline (runner.LINGER_S); the central peers run on.
+        for drainer, qps, burst, horizon in (("agents", 5.0, 10, d + LINGER_S), ("central", 5.0, 10, args.horizon),
+                                             ("central", 50.0, 100, args.horizon)):
+            res = simulate(Hall(n, d, drainer, qps=qps, burst=burst, horizon_s=horizon), replace(costs, core_share=cores))
+            print(json.dumps({"model": {**asdict(res), "horizon_s": horizon, "server_cores": cores,
+                                        "pods_out_by_deadline_share": round(res.pods_out_by_deadline_share, 4)}}),
+                  flush=True)
     return 0
 
 
