@@ -212,7 +212,8 @@ class LoadMeter:
 
 
 def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, meter: CpuMeter,
-                 load: LoadMeter, sc: Scenario, capacity: float | None, agent_processes: int) -> dict[str, Any]:
+                 load: LoadMeter, sc: Scenario, capacity: float | None, agent_processes: int,
+                 ideal_per_pdb: int | None = None) -> dict[str, Any]:
     """One scenario: fill its nodes, start the leases, start every drain within the same second, run
     until every node is empty, the drainer ended, or the cap; then clean up for the next."""
     n = sc.nodes
@@ -236,7 +237,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
         assert fleet.server.admin is not None
         ideal = IdealDrainer(fleet.server.url, str(fleet.server.ca_file), fleet.server.admin.token, fleet.tokens(n),
                              cache.in_namespaces(namespace(i) for i in range(n)),
-                             lambda p: str(p["metadata"]["labels"]["app"]))
+                             lambda p: str(p["metadata"]["labels"]["app"]), per_pdb=ideal_per_pdb)
     lease_proc = psutil.Process(leases.pid)
     cpu_before, load_before, lease_cpu0 = meter.sample(), load.sample(), sum(lease_proc.cpu_times()[:2])
     t0 = time.time()
@@ -350,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=None, help="central,central50,kubectl (default all; '' for none)")
     parser.add_argument("--probe-nodes", type=int, default=None, help="nodes the ideal drainer drains (default 100)")
     parser.add_argument("--capacity", type=float, default=None, help="skip the probe: this many evictions/s")
+    parser.add_argument("--ideal-per-pdb", type=int, default=None,
+                        help="the ideal drainer keeps at most this many evictions of one PDB in flight (default: its room)")
     parser.add_argument("--max-nodes", type=int, default=1000, help="no scenario larger (its factor is then lower)")
     parser.add_argument("--agent-processes", type=int, default=4)
     parser.add_argument("--server-cpus", default="0", help="the cores of kube-apiserver and etcd (taskset list)")
@@ -399,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                     if sc.drainer == "ideal":
                         asked.append(sc)
                     try:
-                        row = run_scenario(fleet, cache, plane, meter, load, sc, capacity, args.agent_processes)
+                        row = run_scenario(fleet, cache, plane, meter, load, sc, capacity, args.agent_processes,
+                                           args.ideal_per_pdb)
                     except Exception as e:  # noqa: BLE001 -- whatever broke a scenario, the run goes on and the exit status says it
                         row = {"label": sc.label, "drainer": sc.drainer, "nodes": sc.nodes,
                                "error": f"{type(e).__name__}: {e}"[:500]}

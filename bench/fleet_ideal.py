@@ -32,14 +32,17 @@ Obj = dict[str, Any]
 class _Budget:
     allowed: int = 0
     pending: set[str] = field(default_factory=set)   # sent (or accepted), not yet in a watched status
+    in_flight: set[str] = field(default_factory=set)  # sent, no answer yet
     todo: list[str] = field(default_factory=list)    # pods not sent yet
 
 
 class IdealPacer:
     """Per PDB (``ns/name``): the pods left to evict and the room the watched status gives."""
 
-    def __init__(self, pods_by_pdb: dict[str, list[str]]) -> None:
+    def __init__(self, pods_by_pdb: dict[str, list[str]], per_pdb: int | None = None) -> None:
+        """``per_pdb``: at most that many evictions of one PDB in flight (None: as many as its room)."""
         self.budgets = {k: _Budget(todo=sorted(v)) for k, v in pods_by_pdb.items()}
+        self.per_pdb = per_pdb
         self.refused = 0
 
     def status(self, key: str, status: Obj) -> None:
@@ -55,15 +58,19 @@ class IdealPacer:
         out = []
         for key, b in self.budgets.items():
             room = b.allowed - len(b.pending)
+            if self.per_pdb is not None:
+                room = min(room, self.per_pdb - len(b.in_flight))
             while room > 0 and b.todo:
                 pod = b.todo.pop()
                 b.pending.add(pod)
+                b.in_flight.add(pod)
                 out.append((key, pod))
                 room -= 1
         return out
 
     def answered(self, key: str, pod: str, status: int) -> None:
         b = self.budgets[key]
+        b.in_flight.discard(pod)
         if status in (200, 201):
             return                   # stays pending until a watched status lists it
         b.pending.discard(pod)
@@ -79,7 +86,7 @@ class IdealPacer:
 
 class IdealDrainer:
     def __init__(self, url: str, ca_file: str, admin_token: str, node_tokens: dict[str, str],
-                 pods: dict[str, list[Obj]], pdb_selector: Callable[[Obj], str]) -> None:
+                 pods: dict[str, list[Obj]], pdb_selector: Callable[[Obj], str], per_pdb: int | None = None) -> None:
         """``pods``: namespace -> its pods (all of them to evict); ``pdb_selector``: a pod's PDB name."""
         self._url, self._tls = url, TlsFiles(ca_file=ca_file)
         self._admin = {"Authorization": f"Bearer {admin_token}", "Accept": "application/json"}
@@ -91,7 +98,7 @@ class IdealDrainer:
                 name = p["metadata"]["name"]
                 by_pdb.setdefault(f"{ns}/{pdb_selector(p)}", []).append(name)
                 self._node_of[f"{ns}/{name}"] = p["spec"]["nodeName"]
-        self.pacer = IdealPacer(by_pdb)
+        self.pacer = IdealPacer(by_pdb, per_pdb)
         self._lock = threading.Lock()
         self._work: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._stop = threading.Event()

@@ -125,3 +125,12 @@ def test_the_lease_summary_reports_latency_failures_and_the_longest_gap_inside_t
     assert s["renewals"] == 7 + 3                                   # n1's 100..160, n2's three; not n3's at 50
     assert s["failures"] == 1
     assert s["p99_ms"] == 2000.0 and s["max_gap_s"] == 24.0
+
+
+def test_the_ideal_pacer_can_hold_one_eviction_of_a_pdb_in_flight_at_a_time():
+    pacer = IdealPacer({"ns/app-0": [f"p{i}" for i in range(10)]}, per_pdb=1)
+    pacer.status("ns/app-0", {"disruptionsAllowed": 5})
+    first = pacer.take()
+    assert len(first) == 1 and pacer.take() == []
+    pacer.answered("ns/app-0", first[0][1], 201)     # answered: the next may go, within the room
+    assert len(pacer.take()) == 1
