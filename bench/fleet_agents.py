@@ -4,17 +4,19 @@ Each node's drain is the real ``executor.kube.runner.DrainRunner`` under the nod
 (``system:node:<name>``, plus the sco-agent taint token, as deployed). Many agents share a process
 -- what is measured is the drain code, not the process shell -- and ``AgentGroups`` can spread the
 nodes over ``processes`` spawned workers (500 agents are some 3,500 threads queueing for one
-GIL; a real agent has its node to itself). Measured at 200 nodes, 4 workers were no better than
-1 (more drainer CPU in all, more requests per node), so the default is 1. Each worker builds its
+GIL; a real agent has its node to itself); bench/fleet.py spreads them over several. Each worker builds its
 runners, waits for the common start, and sends back what its agents counted (every answer's status, per node) and its threads' CPU by
 role. The workers are spawned, not forked: the bench process has threads of its own at that point.
 """
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from common.http import TlsFiles, tls_context
 from common.wire import Budget, phase_ends
@@ -37,12 +39,17 @@ class Hall:
     deadline_s: float
 
 
-def make_api(hall: Hall, node: str, statuses: list[int]) -> Callable[[], KubeApi]:
-    """The node's agent's client factory; every answer's status goes to ``statuses`` (0: none)."""
+def make_api(hall: Hall, node: str, statuses: list[int], cordoned: dict[str, float]) -> Callable[[], KubeApi]:
+    """The node's agent's client factory; every answer's status goes to ``statuses`` (0: none),
+    and the wall time of the first accepted PATCH of the Node object (the cordon: node_steps.cordon
+    sends it first, as the node identity) to ``cordoned[node]``."""
     tls = tls_context(TlsFiles(ca_file=hall.ca_file))
+    node_path = f"/api/v1/nodes/{node}"
 
     def count(method: str, path: str, status: int) -> None:
         statuses.append(status)   # list.append is atomic: the agent's threads share it
+        if method == "PATCH" and 200 <= status < 300 and node not in cordoned and path.split("?", maxsplit=1)[0] == node_path:
+            cordoned[node] = time.time()
 
     def make() -> KubeApi:
         # taint_tls: the taint identity's own connection trusts the same CA (a shared context names no file).
@@ -53,7 +60,8 @@ def make_api(hall: Hall, node: str, statuses: list[int]) -> Callable[[], KubeApi
     return make
 
 
-def start_runners(hall: Hall, nodes: list[str], t0: float) -> tuple[list[DrainRunner], dict[str, list[int]]]:
+def start_runners(hall: Hall, nodes: list[str], t0: float,
+                  cordoned: dict[str, float]) -> tuple[list[DrainRunner], dict[str, list[int]]]:
     counts: dict[str, list[int]] = {node: [] for node in nodes}
     runners = []
     d = hall.deadline_s
@@ -63,7 +71,7 @@ def start_runners(hall: Hall, nodes: list[str], t0: float) -> tuple[list[DrainRu
                          ends=phase_ends(t0, t0 + d, Budget(int(d), 0, int(d) - 10, 10)),
                          taint_key="sco.io/notice", cordon_only=False, pdb_blocked="report", exclude_from_lb=False,
                          down_after_s=10.0, write_spread_s=SPREAD_S)
-        runners.append(DrainRunner(spec, make_api(hall, node, counts[node]), lambda r: None))
+        runners.append(DrainRunner(spec, make_api(hall, node, counts[node], cordoned), lambda r: None))
     for r in runners:   # every notice lands within the same second
         r.start()
     return runners, counts
@@ -75,14 +83,18 @@ def _worker(hall: Hall, nodes: list[str], ready: Any, go: Any, t0: Any, stop: An
     ready.release()
     go.wait()
     roles = ThreadRoles().start()
-    runners, counts = start_runners(hall, nodes, t0.value)
+    me = psutil.Process()
+    cpu0 = me.cpu_times()
+    cordoned: dict[str, float] = {}
+    runners, counts = start_runners(hall, nodes, t0.value, cordoned)
     while not stop.wait(0.2) and any(r.alive for r in runners):
         pass
+    cpu1 = me.cpu_times()   # the drains' CPU, from the notice to the last drain's end (psutil)
     for r in runners:
         r.stop()
     with done.get_lock():
         done.value += 1
-    results.put((counts, roles.stop()))
+    results.put((counts, roles.stop(), dict(cordoned), cpu1.user + cpu1.system - cpu0.user - cpu0.system))
 
 
 class AgentGroups:
@@ -115,14 +127,19 @@ class AgentGroups:
     def alive(self) -> bool:
         return int(self._done.value) < self._n
 
-    def stop(self) -> tuple[dict[str, list[int]], dict[str, float]]:
-        """Stop every agent; (statuses per node, CPU seconds by thread role) of all workers."""
+    def stop(self) -> tuple[dict[str, list[int]], dict[str, float], dict[str, float], float]:
+        """Stop every agent; (statuses per node, CPU seconds by thread role, cordon wall time per
+        node, the workers' CPU seconds from the notice to the drains' end) of all workers."""
         self._stop.set()
         counts: dict[str, list[int]] = {}
         roles: dict[str, float] = {}
+        cordoned: dict[str, float] = {}
+        cpu = 0.0
         for _ in self._procs:
-            got, by_role = self._results.get(timeout=120)
+            got, by_role, cordons, cpu_s = self._results.get(timeout=120)
             counts.update(got)
+            cordoned.update(cordons)
+            cpu += cpu_s
             for k, v in by_role.items():
                 roles[k] = round(roles.get(k, 0.0) + v, 1)
         for p in self._procs:   # reaped: their CPU is the bench's children's (CpuMeter)
@@ -130,5 +147,5 @@ class AgentGroups:
             if p.is_alive():
                 p.kill()
                 p.join(5)
-        return counts, roles
+        return counts, roles, cordoned, round(cpu, 2)
 

@@ -43,6 +43,7 @@ class PodCache:
         self.per_node: dict[str, int] = {}
         self.dirty: set[str] = set()           # namespaces whose pods changed since the last turn
         self.empty_at: dict[str, float] = {}   # node -> when its last pod went (watched nodes only)
+        self.gone_at: list[float] = []         # when each pod of a watched node went
         self.watched: set[str] = set()
         self.changed = threading.Event()
         # What the control plane's turn needs, kept as the events come (an informer's indexes),
@@ -81,6 +82,8 @@ class PodCache:
                 self.by_ns.get(pod["metadata"]["namespace"], {}).pop(pod["metadata"]["uid"], None)
                 node = (pod.get("spec") or {}).get("nodeName") or ""
                 left = self.per_node[node] = self.per_node.get(node, 1) - 1
+                if node in self.watched:
+                    self.gone_at.append(now)
                 self.dirty.add(pod["metadata"]["namespace"])
                 if left == 0 and node in self.watched and node not in self.empty_at:
                     self.empty_at[node] = now
@@ -90,6 +93,7 @@ class PodCache:
         with self.lock:
             self.watched = set(nodes)
             self.empty_at = {}
+            self.gone_at = []
 
     def count(self, node: str) -> int:
         with self.lock:

@@ -4,7 +4,8 @@
   mode runs -- a queue of nodes, 10 workers, each cordoning and draining one node at a time the
   way the kubectl drain library does (cordon, list the node's pods, evict each, a PDB's 429
   retried after 5 s, then poll every pod every second until it is gone), every request through
-  one client-go token bucket at its defaults (5 QPS, burst 10: ``flowcontrol.NewTokenBucketRateLimiter``).
+  one client-go token bucket at its defaults (5 QPS, burst 10: ``flowcontrol.NewTokenBucketRateLimiter``),
+  or raised (bench/fleet.py's ``central50``: 50 QPS, burst 100, what an operator would set).
 - ``kubectl_drains``: the real ``kubectl drain`` for every node, all started at once.
 """
 from __future__ import annotations
@@ -46,10 +47,12 @@ class TokenBucket:
 
 
 class CentralDrainer:
-    def __init__(self, url: str, token: str, tls: Any, nodes: list[str], deadline: float) -> None:
+    def __init__(self, url: str, token: str, tls: Any, nodes: list[str], deadline: float,
+                 qps: float = QPS, burst: int = BURST) -> None:
+        """``qps``/``burst``: client-go's defaults unless the operator raised them (``--kube-api-qps``)."""
         self._url, self._tls, self._deadline = url, tls, deadline
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        self._bucket = TokenBucket(QPS, BURST)
+        self._bucket = TokenBucket(qps, burst)
         self._queue: queue.Queue[str] = queue.Queue()
         for node in nodes:
             self._queue.put(node)

@@ -7,10 +7,7 @@
   drain code, or the central drainer, or the noisy loop); the drainers' processes (reaped
   children: the agents' workers, bench/fleet_agents.py, or the ``kubectl`` processes); and the whole machine's busy time against its capacity (cores x wall time), whose
   remainder is everyone else's (other sessions on a shared box).
-- ``headline``: the share on time for each scenario, and each peer's time to drain every node
-  against the agents'. Every drainer runs until all nodes are empty or the cap; a drainer that
-  did not finish has no time-to-drain-all, only a lower bound (the cap, or when it stopped), and
-  a ratio built on one is marked as the bound it is -- never a made-up number.
+- ``line``: a scenario's row in one line (the headline is bench/fleet_plan.py's).
 """
 from __future__ import annotations
 
@@ -19,8 +16,6 @@ import time
 from typing import Any
 
 import psutil
-
-PEERS = ("central", "kubectl")
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -113,40 +108,16 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def line(row: dict[str, Any]) -> str:
     done = row["time_to_drain_all_s"]
-    cpu = row.get("cpu_s", {})
-    return (f"{row['scenario']:>9}: on time {row['share_on_time'] * 100:5.1f} %  p50 {row['p50_s']} s  "
-            f"p99 {row['p99_s']} s  all {done if done is not None else '> ' + str(row['ran_s'])} s  "
-            f"{row['evictions_per_s']} evictions/s  "
-            f"{row.get('agent_requests_per_node', row['server_requests_per_node'])} req/node  "
-            f"429s {row['http_429']}  CPU s: apiserver {cpu.get('kube-apiserver')} etcd {cpu.get('etcd')} "
-            f"plane {cpu.get('control_plane')} drainers {cpu.get('drainers_in_bench')} "
-            f"observer {cpu.get('observer')} drainer processes {cpu.get('drainer_processes')} "
-            f"machine {cpu.get('machine_busy')}/{cpu.get('machine_capacity')} (others {cpu.get('others_on_machine')})")
-
-
-def _ratio(agents: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
-    """The peer's time to drain all over the agents' (> 1: the agents are faster), with which side
-    is only a bound."""
-    a, p = agents["time_to_drain_all_s"], peer["time_to_drain_all_s"]
-    out: dict[str, Any] = {"agents_time_to_drain_all_s": a, "peer_time_to_drain_all_s": p,
-                           "agents_finished": a is not None, "peer_finished": p is not None,
-                           "peer_ran_s": peer["ran_s"]}
-    if a is not None and p is not None:
-        out.update(ratio=round(p / a, 2), ratio_is_lower_bound=False, ratio_is_upper_bound=False)
-    elif a is not None:   # the peer did not finish: it needs more than it ran
-        out.update(ratio=round(peer["ran_s"] / a, 2), ratio_is_lower_bound=True, ratio_is_upper_bound=False)
-    elif p is not None:   # the agents did not finish: they need more than they ran
-        out.update(ratio=round(p / agents["ran_s"], 2), ratio_is_lower_bound=False, ratio_is_upper_bound=True)
-    else:
-        out.update(ratio=None, ratio_is_lower_bound=False, ratio_is_upper_bound=False)
-    rate = peer["evictions_per_s"]
-    out["evictions_per_s_ratio"] = round(agents["evictions_per_s"] / rate, 2) if rate else None
-    return out
-
-
-def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    by = {r["scenario"]: r for r in rows}
-    out: dict[str, Any] = {"share_on_time": {k: r["share_on_time"] for k, r in by.items()}}
-    if "agents" in by:
-        out["time_to_drain_all_peer_over_agents"] = {p: _ratio(by["agents"], by[p]) for p in PEERS if p in by}
-    return out
+    cpu, load, lease = row.get("cpu_s", {}), row.get("load", {}), row.get("lease") or {}
+    cordon = f"  notice->cordon p99 {row['notice_to_cordon_p99_ms']} ms" if "notice_to_cordon_p99_ms" in row else ""
+    return (f"{row['label']:>18}: {row['nodes']} nodes (x{row['factor']})  on time {row['share_on_time'] * 100:5.1f} %  "
+            f"out by deadline {row['pods_out_by_deadline_share'] * 100:5.1f} %  p99 {row['p99_s']} s  "
+            f"all {done if done is not None else '> ' + str(row['ran_s'])} s  {row['evictions_per_s']} evictions/s  "
+            f"{row.get('requests_per_pod')} req/pod  refusals {row.get('refusals')}  "
+            f"agent CPU s/pod {row.get('agent_cpu_s_per_pod')}{cordon}  "
+            f"lease p99 {lease.get('p99_ms')} ms failures {lease.get('failures')} max gap {lease.get('max_gap_s')} s  "
+            f"CPU s: apiserver {cpu.get('kube-apiserver')} etcd {cpu.get('etcd')} plane {cpu.get('control_plane')} "
+            f"drainer processes {cpu.get('drainer_processes')} in bench {cpu.get('drainers_in_bench')}  "
+            f"load: 1m {load.get('loadavg_1m_start')}->{load.get('loadavg_1m_end')}, server core "
+            f"{load.get('server_core_busy_s')}/{load.get('wall_s')} s busy, others on it {load.get('server_core_others_s')} s, "
+            f"machine others {cpu.get('others_on_machine')} s")

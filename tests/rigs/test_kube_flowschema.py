@@ -89,6 +89,25 @@ def test_the_agents_requests_are_classified_into_its_level_and_the_kubelets_are_
     sa.close()
 
 
+def test_a_kubelets_lease_renewal_stays_in_the_system_level_beside_the_flowschema(
+        kube: RealApiServer, admin: KubeClient) -> None:
+    """bench.fleet renews every node's Lease as a kubelet does (bench/fleet_lease.py): the sco-agent
+    FlowSchema takes only what a kubelet never sends as its node, so a renewal -- create, then
+    UPDATE of the Lease in kube-node-lease -- stays with the kubelets' system-nodes schema."""
+    system_nodes = uids(admin, "system-nodes")
+    node = kube.node_client(NODE)
+    path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    created = node.request("POST", path, {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": NODE, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40, "renewTime": "2026-01-01T00:00:00.000000Z"}})
+    assert created.status_code == 201 and pf(created.headers) == system_nodes
+    lease = created.json()
+    lease["spec"]["renewTime"] = "2026-01-01T00:00:10.000000Z"
+    renewed = node.request("PUT", f"{path}/{NODE}", lease)
+    assert renewed.status_code == 200 and pf(renewed.headers) == system_nodes
+    node.close()
+
+
 def test_an_apf_rejection_on_1_20_is_plain_text_with_retry_after_and_the_agent_calls_it_throttling(
         kube: RealApiServer, admin: KubeClient) -> None:
     # A one-seat level that rejects instead of queueing, for one node identity only.
