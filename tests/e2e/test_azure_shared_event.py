@@ -7,8 +7,10 @@ drain is done within a second or two of the notice; what the test watches is wha
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
+from common.contract import BUILTIN
 from tests.support.stack import Stack
 from tests.support.wait import wait_for
 
@@ -16,7 +18,10 @@ VM = "vm-emu-0"   # the emulator's VM name (/metadata/instance/compute/name)
 
 
 def test_a_shared_event_is_withheld_and_said_and_our_own_is_acknowledged_after_the_drain(tmp_path):
-    with Stack(str(tmp_path), provider="azure", poll_interval_s=0.3) as s:
+    # A Reboot is a maintenance notice: drained at once here (the built-in start waits until
+    # deadline - budget_s), so its acknowledgement -- and the refusal to send one -- comes now.
+    with Stack(str(tmp_path), provider="azure", poll_interval_s=0.3, contract=dataclasses.asdict(BUILTIN.drain),
+               contract_extra={"start": {"maintenance": "at_once"}}) as s:
         shared = s.meta.azure_add("Reboot", in_s=900, resources=[VM, "vm-other", "vm-third"])
         withheld = s.wait_event("notice.ack_withheld", f"azure-{shared}", timeout=30)
         assert withheld["data"]["reason"] == "shared_event"
