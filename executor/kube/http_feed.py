@@ -179,12 +179,19 @@ class ResponseFeed:
             if len(line) > self.max_line:
                 self.refused = f"a line over {self.max_line} bytes"
                 return
-            try:
-                event = ujson.loads(line)
-            except ValueError:
-                self.refused = f"not JSON: {line[:80]!r}"
-                return
-            if not (isinstance(event, dict) and isinstance(event.get("object"), dict)):
-                self.refused = f"not a watch event: {line[:80]!r}"
+            event, self.refused = watch_event(line)
+            if event is None:
                 return
             self._events.append(event)
+
+
+def watch_event(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """One line of a watch: (the event, "") or (None, why it is not one) -- garbage is refused, never
+    guessed at (said by the drain as drain.list_failed, then the watch resumed)."""
+    try:
+        event = ujson.loads(line)
+    except ValueError:
+        return None, f"not JSON: {line[:80]!r}"
+    if not (isinstance(event, dict) and isinstance(event.get("object"), dict)):
+        return None, f"not a watch event: {line[:80]!r}"
+    return event, ""

@@ -21,9 +21,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import ujson
-
 from common.http import HttpClient
+from executor.kube.http_feed import watch_event
 
 MAX_EVENT_BYTES = 4 << 20   # one pod is a few KiB; a line longer than this is not a pod event
 
@@ -87,13 +86,8 @@ class WatchStream:
                 return
             if not line.endswith(b"\n"):
                 return   # cut short: the server or the connection ended mid-event; resume from here
-            try:
-                event = ujson.loads(line)
-            except ValueError:
-                self.refused = f"not JSON: {line[:80]!r}"
-                return
-            if not (isinstance(event, dict) and isinstance(event.get("object"), dict)):
-                self.refused = f"not a watch event: {line[:80]!r}"
+            event, self.refused = watch_event(line)
+            if event is None:
                 return
             yield event
 
