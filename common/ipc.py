@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import ujson
 import zmq
+
+from common.log import Logger
 
 # Endpoint names (file names under the runtime directory).
 WATCHER_PUB = "watcher.pub"      # watcher -> executor, verifier: notice state, contract
@@ -233,5 +236,38 @@ class Disconnects:
         return list(self.monitors.values())
 
     def close(self) -> None:
-        for mon in self.monitors.values():
+        """Stop each monitor, then close its socket: in that order, or libzmq may block the context's
+        end on a monitor event nobody will read (libzmq #2083, #3575; pyzmq #1020)."""
+        for name, mon in self.monitors.items():
+            try:
+                self.sockets[name].disable_monitor()
+            except zmq.ZMQError:
+                pass   # the socket is closed already: so is its monitor
             mon.close(linger=0)
+        self.monitors = {}
+
+
+# How long a process at its end waits for libzmq to let go of its context (``destroy``).
+TERM_WAIT_S = 2.0
+
+
+def destroy(ctx: zmq.Context[Any], log: Logger, disconnects: Disconnects | None = None,
+            timeout_s: float = TERM_WAIT_S) -> bool:
+    """A process's last word to ZeroMQ: the monitors stopped first (``Disconnects.close``), every
+    socket closed without lingering, and the context ended -- waited for at most ``timeout_s``.
+
+    zmq_ctx_term blocks until libzmq has let go of every socket, and libzmq's own issues show it
+    blocking for good after a monitor (libzmq #1279, #2330, #2586): a unit stop then waits out
+    TimeoutStopSec and SIGKILLs the worker (tests/chaos saw a verifier so held). What a process
+    still had to say is flushed before this is called, so past the bound it ends anyway: the term
+    goes on in a daemon thread, which the process's exit does not wait for (logged ``ipc.term_timeout``).
+    False if it timed out."""
+    if disconnects is not None:
+        disconnects.close()
+    done = threading.Thread(target=lambda: ctx.destroy(linger=0), name="zmq-term", daemon=True)
+    done.start()
+    done.join(timeout_s)
+    if done.is_alive():
+        log.warning("ipc.term_timeout", waited_s=timeout_s)
+        return False
+    return True

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ex.register(loop)
     loop.run(stop, lambda ready: ex.turn(ready, clock.moment()), ex.timeout_ms)
     ex.close()
-    ctx.destroy(linger=0)
+    ipc.destroy(ctx, log, ex.disconnects)
     log.info("process.stopped")
     return 0
 

@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return Spool(config, log, ctx).run(stop)
     finally:
-        ctx.destroy(linger=0)
+        ipc.destroy(ctx, log)
 
 
 if __name__ == "__main__":

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     v.rejections.tick(force=True)
     v.spool.flush(1.0)
     v.on_acks()
-    ctx.destroy(linger=0)
+    ipc.destroy(ctx, log, v.disconnects)
     log.info("process.stopped")
     return 0
 

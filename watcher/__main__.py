@@ -353,7 +353,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
         # Anyone could drop a key in and sign their own drain budget: refuse to start
         # (supervisord shows the failure) rather than run on a contract nobody vouches for.
         log.error("contract.trust_dir_unsafe", error=str(e))
-        ctx.destroy(linger=0)
+        ipc.destroy(ctx, log)
         return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -384,7 +384,7 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
     w.rejections.tick(force=True)
     w.reports.tick(force=True)
     w.spool.flush(1.0)
-    ctx.destroy(linger=0)
+    ipc.destroy(ctx, log, w.disconnects)
     log.info("process.stopped")
     flag.close()
     return 1 if failed else 0

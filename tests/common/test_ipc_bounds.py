@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 
 import pytest
@@ -135,3 +136,31 @@ def test_each_sender_counts_a_refused_message_where_its_counters_go(tmp_path, mo
         ex.close()
     finally:
         ctx.destroy(linger=0)
+
+
+def test_a_process_ends_with_its_monitors_stopped_and_its_context_gone(tmp_path):
+    """``ipc.destroy``: the monitor is stopped before its socket closes (libzmq #2083, #3575), every
+    socket is closed and the context ended, within the bound."""
+    run = ipc.ensure_runtime_dir(str(tmp_path / "run"))
+    ctx: ipc.Context = zmq.Context()
+    pub = ipc.bind(ctx, zmq.PUB, run, ipc.WATCHER_PUB)
+    sub = ipc.subscriber(ctx, run, ipc.WATCHER_PUB, ipc.T_NOTICE)
+    disconnects = ipc.Disconnects(run, {ipc.WATCHER_PUB: sub})
+    monitor = disconnects.fds()[0]
+    out = io.StringIO()
+    assert ipc.destroy(ctx, Logger("test", stream=out), disconnects)
+    assert monitor.closed and sub.closed and pub.closed and ctx.closed
+    assert disconnects.fds() == [] and out.getvalue() == ""
+
+
+def test_a_context_libzmq_never_lets_go_of_does_not_hold_the_process(tmp_path, monkeypatch):
+    """What a unit stop met (tests/chaos, a verifier SIGKILLed after TimeoutStopSec): zmq_ctx_term
+    blocking for good. Played by a term that never returns; the process's end goes on, and says so."""
+    ctx: ipc.Context = zmq.Context()
+    forever = threading.Event()
+    monkeypatch.setattr(ctx, "destroy", lambda linger=None: forever.wait())
+    out = io.StringIO()
+    assert not ipc.destroy(ctx, Logger("test", stream=out), timeout_s=0.2)
+    assert json.loads(out.getvalue())["msg"] == "ipc.term_timeout"
+    forever.set()
+    ctx.term()
