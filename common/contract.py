@@ -192,8 +192,8 @@ class Contract:
             taint_key=check.taint_key(top.get("taint_key", BUILTIN.taint_key)),
             checkpoint_signal=check.signal_name(top.get("checkpoint_signal", BUILTIN.checkpoint_signal),
                                       "checkpoint_signal"),
-            kinds=_parse_kinds(top.get("kinds", {})),
-            start=_parse_start(top.get("start", {})),
+            kinds=_per_kind(top.get("kinds", {}), "kinds", BUILTIN.kinds, ACTIONS),
+            start=_per_kind(top.get("start", {}), "start", BUILTIN.start, STARTS),
             pdb_blocked=check.choice(top.get("pdb_blocked", BUILTIN.pdb_blocked), "pdb_blocked",
                                 PDB_BLOCKED),
             exclude_from_lb=check.boolean(top.get("exclude_from_lb", BUILTIN.exclude_from_lb),
@@ -239,25 +239,17 @@ def _parse_drain(value: Any) -> Drain:
     return Drain(budget_s=budget, **phases)
 
 
-def _parse_kinds(value: Any) -> tuple[tuple[str, str], ...]:
-    # Partial maps are merged over the built-in policy, so a bundle that only
-    # says {"rebalance": "ignore"} keeps the safe choice for the other kinds.
-    obj = check.json_object(value, "kinds")
-    check.no_unknown(obj, frozenset(KINDS), "kinds")
-    merged = dict(BUILTIN.kinds)
-    for kind, action in obj.items():
-        merged[kind] = check.choice(action, f"kinds.{kind}", ACTIONS)
-    return tuple((kind, merged[kind]) for kind in KINDS)
-
-
-def _parse_start(value: Any) -> tuple[tuple[str, str], ...]:
-    # Merged over the built-in starts as ``kinds`` is: a bundle that says only
-    # {"reclaim": "deadline_minus_budget"} keeps a maintenance window's deferred start.
-    obj = check.json_object(value, "start")
-    check.no_unknown(obj, frozenset(KINDS), "start")
-    merged = dict(BUILTIN.start)
-    for kind, start in obj.items():
-        merged[kind] = check.choice(start, f"start.{kind}", STARTS)
+def _per_kind(value: Any, field: str, builtin: tuple[tuple[str, str], ...],
+              choices: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    # Partial maps are merged over the built-in ones, so a bundle that only says
+    # {"rebalance": "ignore"} (``kinds``) keeps the safe choice for the other kinds, and one that
+    # says only {"reclaim": "deadline_minus_budget"} (``start``) keeps a maintenance window's
+    # deferred start.
+    obj = check.json_object(value, field)
+    check.no_unknown(obj, frozenset(KINDS), field)
+    merged = dict(builtin)
+    for kind, choice in obj.items():
+        merged[kind] = check.choice(choice, f"{field}.{kind}", choices)
     return tuple((kind, merged[kind]) for kind in KINDS)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from common.contract import BUILTIN
 from executor.kube.node_patch import A_NOTICE
+from tests.support.sampler import Sampler
 from tests.support.stack import NODE, Stack
 from tests.support.wait import wait_for
 
@@ -60,25 +60,10 @@ def test_a_reclaim_behind_a_maintenance_drain_takes_it_over(tmp_path):
         assert s.events_of("drain.overrun", maintenance["id"]) == []
 
 
-class Sampler:
-    """The node's cordon and our taint every 100 ms, from the test's own thread."""
-
-    def __init__(self, s: Stack) -> None:
-        self.s, self.samples = s, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            node = self.s.node()
-            self.samples.append((time.time(), bool(node["spec"].get("unschedulable")), taint_value(self.s)))
-            self._stop.wait(0.1)
-
-    def stop(self) -> list[tuple[float, bool, str | None]]:
-        self._stop.set()
-        self._thread.join(5)
-        return self.samples
+def cordon_and_taint(s: Stack) -> tuple[float, bool, str | None]:
+    """The node's cordon and our taint (sampled every 100 ms, from the test's own thread)."""
+    node = s.node()
+    return time.time(), bool(node["spec"].get("unschedulable")), taint_value(s)
 
 
 @pytest.mark.parametrize("cancel_first", ["later", "earlier"])
@@ -90,7 +75,7 @@ def test_cancelling_one_of_two_never_opens_the_node(tmp_path, cancel_first):
         reclaim = s.publish_notice(kind="reclaim", deadline_in=120)
         s.wait_event("drain.eviction_blocked", reclaim["id"], timeout=30)   # its own drain runs
         first, second = (maintenance, reclaim) if cancel_first == "later" else (reclaim, maintenance)
-        sampler = Sampler(s)
+        sampler = Sampler(lambda: cordon_and_taint(s), 0.1)
         try:
             s.publish_notice(kind="cancel", notice_id=first["id"])
             kept = s.wait_event("drain.uncordoned", first["id"], timeout=20)

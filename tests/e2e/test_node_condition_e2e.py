@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from typing import Any
 
 import pytest
 
 from executor.kube import conditions
+from tests.support.sampler import Sampler
 from tests.support.stack import NODE, Stack
 from tests.support.wait import wait_for
 
@@ -44,24 +44,6 @@ def names(s: Stack, notice: dict[str, Any]) -> bool:
         and c.get("message", "").startswith(f"notice {notice['id']} from ")
 
 
-class Sampler:
-    def __init__(self, s: Stack) -> None:
-        self.s, self.samples = s, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(scheduled(self.s).get("status"))
-            self._stop.wait(0.1)
-
-    def stop(self) -> list[Any]:
-        self._stop.set()
-        self._thread.join(5)
-        return self.samples
-
-
 @pytest.mark.parametrize("cancel_first", ["reclaim", "maintenance"])
 def test_the_condition_comes_with_the_cordon_follows_the_governing_notice_and_is_withdrawn_at_the_last(
         tmp_path, cancel_first):
@@ -79,7 +61,7 @@ def test_the_condition_comes_with_the_cordon_follows_the_governing_notice_and_is
         assert f"from sco, deadline {maintenance['deadline'][:19]}" in scheduled(s)["message"]
         ready = conditions.condition_of(s.node(), "Ready")
         assert ready is not None and ready["status"] == "True"   # the kubelet's own, kept
-        sampler = Sampler(s)
+        sampler = Sampler(lambda: scheduled(s).get("status"), 0.1)
         try:
             reclaim = s.publish_notice(kind="reclaim", deadline_in=300)
             wait_for(lambda: names(s, reclaim), 20, "the condition naming the reclaim (it took over)")

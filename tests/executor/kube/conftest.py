@@ -1,6 +1,7 @@
 """Fixtures shared by the Kubernetes drain tests (emulator and real server alike)."""
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -8,6 +9,7 @@ import pytest
 
 from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import NODE, OTHER, Drain
+from tests.rigs.kube_real_objects import KubeClient, ensure_namespace
 
 
 @pytest.fixture
@@ -34,3 +36,19 @@ def kube(emulator: Any) -> Any:
     emulator.add_node(NODE)
     emulator.add_node(OTHER)
     return emulator
+
+
+@pytest.fixture
+def admin(kube: Any) -> Iterator[KubeClient]:
+    """The cluster admin's client of a module on the real server (its ``kube``: a RealApiServer)."""
+    client = kube.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def ns(admin: KubeClient) -> str:
+    """A namespace of the test's own on the real server."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    ensure_namespace(admin, name)
+    return name

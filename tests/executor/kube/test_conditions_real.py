@@ -44,20 +44,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
         yield server
 
 
-@pytest.fixture
-def admin(kube: RealApiServer) -> Iterator[KubeClient]:
-    client = kube.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def ns(admin: KubeClient) -> str:
-    name = f"c-{uuid.uuid4().hex[:8]}"
-    ensure_namespace(admin, name)
-    return name
-
-
 def node_api(kube: RealApiServer, node: str, as_node: str | None = None) -> KubeApi:
     """The agent's client for ``node``, with ``as_node``'s credentials (a misconfigured agent)."""
     return KubeApi(kube.url, node, kube.nodes[as_node or node].token, tls=TlsFiles(ca_file=str(kube.ca_file)))

@@ -25,7 +25,6 @@ from tests.rigs.kube_real_objects import (
     KubeClient,
     create_pdb,
     create_running_pod,
-    ensure_namespace,
 )
 from tests.rigs.kube_real_rig import RealApiServer
 
@@ -44,20 +43,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealApiServer]:
 def taint_token(kube: RealApiServer) -> str:
     """A token of the sco-agent service account (TokenRequest; 1.20 cannot bind it to a Node)."""
     return sa_token(kube)
-
-
-@pytest.fixture
-def admin(kube: RealApiServer) -> Iterator[KubeClient]:
-    client = kube.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def ns(admin: KubeClient) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    ensure_namespace(admin, name)
-    return name
 
 
 def node_api(kube: RealApiServer, node: str, taint_token: str = "") -> KubeApi:

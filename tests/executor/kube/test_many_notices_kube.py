@@ -3,7 +3,6 @@ governs it (a reclaim behind a maintenance drain held by a PDB), and a withdrawa
 still needs never opens the node -- sampled every 20 ms. Against the API-server emulator."""
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from executor.kube.node_patch import A_NOTICE
 from executor.kube.scheduler import KubeScheduler
 from executor.scheduler import Marker, NewState, Order, Remaining, Report, StepDone, Withdrawal
 from tests.executor.kube.harness import NODE, TAINT_KEY
+from tests.support.sampler import Sampler
 from tests.support.wait import wait_for
 
 
@@ -99,25 +99,10 @@ def test_a_reclaim_takes_over_a_maintenance_drain_held_by_a_pdb(kube, loop):
     assert loop.state("maint") is None   # stopped, not ended: the core ends it with the reclaim
 
 
-class Sampler:
-    """The node's cordon and our taint, every 20 ms, on its own thread."""
-
-    def __init__(self, kube: Any) -> None:
-        self.kube, self.samples = kube, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            node = self.kube.node(NODE)
-            self.samples.append((bool(node["spec"].get("unschedulable")), taint_value(self.kube)))
-            time.sleep(0.02)
-
-    def stop(self) -> list[tuple[bool, str | None]]:
-        self._stop.set()
-        self._thread.join(5)
-        return self.samples
+def cordon_and_taint(kube: Any) -> tuple[bool, str | None]:
+    """The node's cordon and our taint (sampled every 20 ms, on a thread of its own)."""
+    node = kube.node(NODE)
+    return bool(node["spec"].get("unschedulable")), taint_value(kube)
 
 
 @pytest.mark.parametrize("cancelled", ["reclaim", "maint"])
@@ -129,7 +114,7 @@ def test_withdrawing_one_of_two_never_opens_the_node(kube, loop, cancelled):
     maint, reclaim = order("maint", "maintenance", 600), order("reclaim", "reclaim", 40)
     loop.until(lambda: loop.left("reclaim") == ("default/db-0",), 20, "the reclaim's drain held by db-0", reclaim)
     kept, kept_order = (maint, maint) if cancelled == "reclaim" else (reclaim, reclaim)
-    sampler = Sampler(kube)
+    sampler = Sampler(lambda: cordon_and_taint(kube), 0.02)
     try:
         w = Withdrawal(cancelled, TAINT_KEY, frozenset({"cordoned"}), others_active=True,
                        keep=frozenset({kept.notice_id}), marker=Marker(kept.notice_id, kept.kind, kept.deadline))

@@ -5,7 +5,6 @@ a pod the agent deletes is marked first, and deleted still when the mark is refu
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from executor.kube.api import KubeApi
 from executor.scheduler import Marker, Withdrawal
 from tests.executor.kube.harness import NODE, TAINT_KEY, Drain, make_spec
 from tests.executor.kube.test_many_notices_kube import Loop, order
+from tests.support.sampler import Sampler
 from tests.support.wait import wait_for
 
 
@@ -38,25 +38,10 @@ def names(kube: Any, notice_id: str, kind: str) -> bool:
         and c["message"].startswith(f"notice {notice_id} from ")
 
 
-class Sampler:
-    """The condition's (status, reason, message), every 20 ms, on its own thread."""
-
-    def __init__(self, kube: Any) -> None:
-        self.kube, self.samples = kube, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            c = scheduled(self.kube) or {}
-            self.samples.append((c.get("status"), c.get("reason"), c.get("message", "")))
-            time.sleep(0.02)
-
-    def stop(self) -> list[tuple[Any, Any, str]]:
-        self._stop.set()
-        self._thread.join(5)
-        return self.samples
+def condition_now(kube: Any) -> tuple[Any, Any, str]:
+    """The condition's (status, reason, message) (sampled every 20 ms, on a thread of its own)."""
+    c = scheduled(kube) or {}
+    return c.get("status"), c.get("reason"), c.get("message", "")
 
 
 def withdraw_until_done(loop: Loop, w: Withdrawal, then: Any = None) -> None:
@@ -77,7 +62,7 @@ def test_two_notices_the_condition_names_the_governing_one_and_turns_false_only_
     reclaim = order("reclaim", "reclaim", 40, source="relay")
     loop.until(lambda: names(kube, "maint", "maintenance"), 20, "the condition naming the maintenance", maint)
     since = scheduled(kube)["lastTransitionTime"]   # type: ignore[index]
-    sampler = Sampler(kube)
+    sampler = Sampler(lambda: condition_now(kube), 0.02)
     try:
         loop.until(lambda: names(kube, "reclaim", "reclaim"), 20, "the condition naming the reclaim", reclaim)
         assert "from relay, deadline " in scheduled(kube)["message"]   # type: ignore[index]
