@@ -31,7 +31,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import ujson
 
@@ -51,6 +51,12 @@ def encode(event: dict[str, Any]) -> bytes:
     return ujson.dumps(event, ensure_ascii=False, escape_forward_slashes=False).encode() + b"\n"
 
 
+def is_event(value: object) -> TypeGuard[dict[str, Any]]:
+    """An event as the journal (or a state file that saves events with it) keeps it: what a resend
+    needs, its id and type, is there."""
+    return isinstance(value, dict) and isinstance(value.get("event_id"), str) and isinstance(value.get("type"), str)
+
+
 def parse(data: bytes) -> tuple[list[dict[str, Any]], int, bool, dict[str, int]]:
     """(events, lines that are not events, a torn last line, each event's line length with its
     newline by event_id) of a journal's bytes."""
@@ -66,7 +72,7 @@ def parse(data: bytes) -> tuple[list[dict[str, Any]], int, bool, dict[str, int]]
         except ValueError:
             bad += 1
             continue
-        if isinstance(ev, dict) and isinstance(ev.get("event_id"), str) and isinstance(ev.get("type"), str):
+        if is_event(ev):
             events.append(ev)
             lengths[ev["event_id"]] = lengths.get(ev["event_id"], 0) + len(line) + 1
         else:

@@ -183,7 +183,27 @@ class SpoolLink:
 
     def emit(self, type: EventType, notice_id: str = "", data: dict[str, Any] | None = None,
              now: float | None = None) -> dict[str, Any]:
-        ev = self.outbox.add(type, notice_id, data, now)
+        ev = self.prepare(type, notice_id, data, now)
+        self.commit(ev)
+        return ev
+
+    def prepare(self, type: EventType, notice_id: str = "", data: dict[str, Any] | None = None,
+                now: float | None = None) -> dict[str, Any]:
+        """An event with its id and seq, neither journalled nor sent: for a process that saves it with
+        its own state first (the watcher, whose notice and its ``notice.received`` must be on disk
+        together), then ``commit``s it."""
+        return self.outbox.add(type, notice_id, data, now)
+
+    def adopt(self, ev: dict[str, Any]) -> None:
+        """Take back an event a previous run saved with its state and may never have committed: the
+        same id (the far end dedupes on it), unless the journal already gave it back."""
+        if ev["event_id"] in self.outbox.pending:
+            return
+        self.outbox.restore(ev, self.outbox.clock())
+        self.commit(ev)
+
+    def commit(self, ev: dict[str, Any]) -> None:
+        """Journal, log and send an event ``prepare`` made."""
         if not self.journal.append(ev):
             self.unjournaled += 1
         self.journal.bound(self.outbox.pending)
@@ -191,7 +211,6 @@ class SpoolLink:
         self._send(ev)
         if self.journal.errors:
             self._report_journal()
-        return ev
 
     def _send(self, ev: dict[str, Any]) -> bool:
         """Send one event; False only while the spool's queue is full (resent later)."""

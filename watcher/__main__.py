@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from common import ipc, notice_state, progress, proven, state_file, verdict, wire
+from common import ipc, journal, notice_state, progress, proven, state_file, verdict, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
@@ -61,12 +61,17 @@ class Watcher:
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
         self.state = state_file.Kept(self.state_path, os.path.join(rd, STATE_FILE), MAX_STATE, log)
         self.boot_id = boot_id()
-        self.book, booted_in = self._load_book()
+        self.book, booted_in, unreported = self._load_book()
+        # Events made for a change of the book, saved with it and not yet journalled (``persist``):
+        # a watcher killed between the save and the journal would otherwise lose them for good.
+        self.unreported: list[dict[str, Any]] = []
         self.pub = ipc.bind(ctx, zmq.PUB, rd, ipc.WATCHER_PUB)
         self.progress_sub = ipc.subscriber(ctx, rd, ipc.EXECUTOR_PUB, ipc.T_PROGRESS)
         self.verdict_sub = ipc.subscriber(ctx, rd, ipc.VERIFIER_PUB, ipc.T_VERDICT)   # the ack waits for them
         self.disconnects = ipc.Disconnects(rd, {ipc.EXECUTOR_PUB: self.progress_sub, ipc.VERIFIER_PUB: self.verdict_sub})
         self.spool = SpoolLink(ctx, config, "watcher", log)
+        for ev in unreported:
+            self.spool.adopt(ev)
         self.counters: dict[str, int] = {}
         self.rejections = Rejections(log, emit=self.spool.emit, counts=self.counters)
         # Counters restart with the process; the verifier tells starts apart by this.
@@ -91,19 +96,24 @@ class Watcher:
             self.book.dirty = True
             self.persist()
 
-    def _load_book(self) -> tuple[NoticeBook, str]:
-        """The persisted book and the boot it was written in ("" if unknown)."""
+    def _load_book(self) -> tuple[NoticeBook, str, list[dict[str, Any]]]:
+        """The persisted book, the boot it was written in ("" if unknown) and the events saved with it."""
         node = self.config.node.name
         # A corrupt state file must not stop the watcher: start empty, the
         # channels will re-deliver a live notice within one poll.
         doc = self.state.load()
         if doc is None:
-            return NoticeBook(node=node, created_at=time.time()), self.boot_id
+            return NoticeBook(node=node, created_at=time.time()), self.boot_id, []
         try:
-            return NoticeBook.restore(node, doc), str(doc.get("boot_id", ""))
+            book = NoticeBook.restore(node, doc)
         except (ValueError, TypeError, AttributeError) as e:
             self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-            return NoticeBook(node=node, created_at=time.time()), self.boot_id
+            return NoticeBook(node=node, created_at=time.time()), self.boot_id, []
+        events = saved_events(doc)
+        saved = doc.get("unreported") or []
+        if len(events) != (len(saved) if isinstance(saved, list) else 1):
+            self.log.error("state.unreported_malformed", path=self.state_path, kept=len(events))
+        return book, str(doc.get("boot_id", "")), events
 
     def retire_past(self, now: float) -> None:
         """Notices of an earlier boot whose deadline has passed are withdrawn (the executor undoes
@@ -116,8 +126,8 @@ class Watcher:
                 self.count("expired")
                 data = {"kind": n.kind, "deadline_passed_s": round(now - n.deadline, 3), "reason": "earlier_boot"}
                 self.log.info("notice.expired", notice_id=n.id, **data)
-                self._after_change(gen)
-                self.spool.emit("notice.withdrawn", n.id, data, now)   # by the agent itself: reason
+                # by the agent itself: reason
+                self._after_change(gen, [self.spool.prepare("notice.withdrawn", n.id, data, now)])
 
     def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
@@ -169,10 +179,9 @@ class Watcher:
                     return outcome
             self.burst[1].append((outcome, now))
             return outcome
-        # Persist (and announce) before the event: a watcher killed in between would otherwise learn
-        # the notice again from the metadata poll and report it received a second time.
-        self._after_change(gen)
-        self._report(outcome, now)
+        # Persist (and announce) with the event: a watcher killed in between would otherwise learn
+        # the notice again from the metadata poll and report it received a second time, or never.
+        self._after_change(gen, self._report(outcome, now))
         return outcome
 
     def flush(self) -> None:
@@ -181,9 +190,7 @@ class Watcher:
         if self.burst is None:
             return
         (gen, outcomes), self.burst = self.burst, None
-        self._after_change(gen)
-        for outcome, now in outcomes:
-            self._report(outcome, now)
+        self._after_change(gen, [ev for outcome, now in outcomes for ev in self._report(outcome, now)])
 
     def withdraw(self, notice_id: str, channel: str, now: float) -> None:
         self.flush()
@@ -191,26 +198,33 @@ class Watcher:
         outcome = self.book.withdraw(notice_id, now)
         if outcome is not None:
             self.count(f"withdrawn.{channel}")
-            self._after_change(gen)
-            self._report(outcome, now)
+            self._after_change(gen, self._report(outcome, now))
 
-    def _after_change(self, gen: int) -> None:
-        # Persist before announcing: a watcher killed in between still knows what it announced.
+    def _after_change(self, gen: int, events: list[dict[str, Any]]) -> None:
+        """Persist the book with the events that report its change, announce it, then journal and send
+        the events: a watcher killed at any point between still knows what it announced, and its next
+        start sends the events again under the same ids (at-least-once; the far end dedupes on them)."""
+        self.unreported = events
         if self.book.dirty:
             self.persist()
         if self.book.gen != gen:
             self.announce()
+        for ev in events:
+            self.spool.commit(ev)
+        # In the journal now: the next save leaves them out.
+        self.unreported = []
 
-    def _report(self, outcome: Outcome, now: float) -> None:
+    def _report(self, outcome: Outcome, now: float) -> list[dict[str, Any]]:
+        """The event that reports ``outcome``, made but not yet sent (``_after_change`` sends it)."""
         said = describe(outcome, now)
         if said is None:
-            return
+            return []
         type_, notice_id, data = said
         if type_ == "notice.ignored":   # once a minute per reason, not per notice
             self.reports.record(type_, outcome.reason, {**data, "notice_id": notice_id})
-            return
+            return []
         self.log.info(type_, notice_id=notice_id, **data)
-        self.spool.emit(type_, notice_id, data, now)
+        return [self.spool.prepare(type_, notice_id, data, now)]
 
     # -- inputs: the metadata loop (watcher.metadata_loop.Host) -------------------
     def metadata_started(self, source: MetadataSource, wake: asyncio.Event) -> None:
@@ -291,6 +305,7 @@ class Watcher:
     def persist(self) -> None:
         doc = self.book.snapshot()
         doc["boot_id"] = self.boot_id
+        doc["unreported"] = self.unreported
         if self.state.save(doc):
             self.book.dirty = False
         else:   # retried every tick; meanwhile the fallback copy holds it
@@ -388,6 +403,13 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
     log.info("process.stopped")
     flag.close()
     return 1 if failed else 0
+
+
+def saved_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events a state file holds beside its book (``Watcher.persist``); what is not one is left
+    out (the caller says so: the book itself is still good)."""
+    saved = doc.get("unreported") or []
+    return [ev for ev in saved if journal.is_event(ev)] if isinstance(saved, list) else []
 
 
 def main(argv: list[str] | None = None) -> int:

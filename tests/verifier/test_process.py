@@ -71,7 +71,11 @@ def test_early_drain_done_with_timeline_and_metrics(rig, tmp_path):
     assert tl["checkpoint_acks"][0]["client"] == "job:7"
     assert tl["issued"] == 0 < tl["cordoned"] < tl["clients_told"] < tl["node_empty"] <= tl["verdict"]
     prom = tmp_path / "sco_agent.prom"
-    fams = wait_for(lambda: prom.exists() and parse(prom.read_text()), 5, "the metrics textfile")
+    # The textfile is written on the verifier's next turn after the verdict event is sent, and may be
+    # there from an earlier turn without it: wait for the verdict's sample, not for the file.
+    fams = wait_for(lambda: prom.exists() and (f := parse(prom.read_text()))
+                    and "sco_agent_verdicts_total" in {n for fam in f.values() for n, _, _ in fam.samples} and f,
+                    5, "the metrics textfile with the verdict")
     assert value(fams, "sco_agent_verdicts_total", outcome="done", held_up_by="none") == 1
     assert value(fams, "sco_agent_notices_total", kind="reclaim", channel="relay") == 1
     assert value(fams, "sco_agent_notice_to_empty_seconds_count") == 1
