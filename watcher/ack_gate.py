@@ -20,6 +20,11 @@ from common.wire import DrainRecord, DrainState, Step
 
 # The verifier's own read after the executor's report (verifier.judge.VERIFY_WAIT_S), and a turn.
 VERDICT_SLACK_S = 6.0
+# The drains passed on that are remembered, newest kept: one id a finished drain, for as long as the
+# watcher runs, would otherwise grow without end. The executor's progress carries its newest past
+# records only (common.progress.PAST_SENT), so an older one does not come back to be passed on again;
+# if it did, the provider's source refuses a second acknowledgement of an event already started.
+MAX_PASSED = 4096
 
 
 def ack_at(rec: DrainRecord, heard_at: float) -> float:
@@ -34,7 +39,7 @@ class AckGate:
     """The finished drains waiting to be passed on, and those passed on (each once)."""
 
     waiting: dict[str, float] = field(default_factory=dict)   # id -> ack_at
-    passed: set[str] = field(default_factory=set)
+    passed: dict[str, None] = field(default_factory=dict)     # an ordered set, oldest first
 
     def finished(self, records: dict[str, DrainRecord], now: float) -> None:
         """The executor's records: each drain now DONE starts waiting for its verdict."""
@@ -47,5 +52,7 @@ class AckGate:
         out = [nid for nid, at in self.waiting.items() if nid in judged or now >= at]
         for nid in out:
             del self.waiting[nid]
-            self.passed.add(nid)
+            self.passed[nid] = None
+        while len(self.passed) > MAX_PASSED:
+            del self.passed[next(iter(self.passed))]
         return out

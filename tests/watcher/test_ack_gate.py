@@ -3,9 +3,10 @@ verdict is in, or once the margin after the node was empty has passed without on
 whatever is repeated (issue 28, point 6)."""
 from __future__ import annotations
 
+from common.progress import PAST_SENT
 from common.wire import DrainState, Step
 from tests.support.drain_records import budget, record
-from watcher.ack_gate import VERDICT_SLACK_S, AckGate
+from watcher.ack_gate import MAX_PASSED, VERDICT_SLACK_S, AckGate
 
 T = 1_800_000_000.0
 DONE = record(state=DrainState.DONE, budget=budget(5, 5, 10), steps={Step.NODE_EMPTY: T})
@@ -34,3 +35,17 @@ def test_without_a_verdict_it_goes_once_the_margin_and_the_verifiers_read_have_p
     assert gate.due({}, T + 10 + VERDICT_SLACK_S - 0.01) == []
     assert gate.due({}, T + 10 + VERDICT_SLACK_S) == ["n1"]
     assert gate.due({}, T + 100) == []
+
+
+def test_the_drains_passed_on_are_remembered_within_a_bound_the_newest_kept():
+    """A watcher that runs for months passes on one drain after another: what it remembers of them
+    stays bounded, and the newest (those the executor's progress still carries) are not passed again."""
+    gate = AckGate()
+    total = MAX_PASSED + 500
+    for i in range(total):
+        gate.finished({f"n{i}": DONE}, T)
+        assert gate.due({f"n{i}": "done"}, T) == [f"n{i}"]
+    assert len(gate.passed) == MAX_PASSED
+    newest = {f"n{i}": DONE for i in range(total - PAST_SENT, total)}
+    gate.finished(newest, T + 1)
+    assert gate.waiting == {} and gate.due(dict.fromkeys(newest, "done"), T + 1) == []
