@@ -27,10 +27,16 @@ starts once every tier-0 lane is done or stuck (its PDB has refused for
 until that pod is gone, which is pace, not a block); pods whose workloads are
 still checkpointing (agent-socket clients that have not acked) wait until they
 ack or the checkpoint window ends. At the evict cutoff (the contract's clock,
-or the verifier's ``evict_over`` escalation) the order is lifted: every pod
-left is evicted at once, and a pod its PDB still blocks is deleted or
-reported, as the contract's ``pdb_blocked`` says. Reported pods keep being
-retried politely: the budget may still allow them before the machine goes.
+or the verifier's ``evict_over`` escalation) the order is lifted -- tiers and
+checkpoint holds -- and a pod its PDB still blocks is deleted or reported, as
+the contract's ``pdb_blocked`` says: under ``delete`` every pod left is
+evicted at once (a PDB's refusal is what turns a pod into a DELETE); under
+``report`` a PDB's lane keeps its pace (``_after_cutoff``). Reported pods keep
+being retried politely: the budget may still allow them before the machine goes.
+
+Drains on other nodes may share a PDB's room: once this one has met refusals
+under a PDB it sends with a share of the room it sees (``_share``), and the
+watched status showing more room wakes the pods the PDB refused.
 
 Two clocks (``common.clock``): the phase ends are wall-clock epochs (``Moment.wall``); every
 wait -- a retry's backoff, a throttle, "stuck for 3 s", a lane's wake -- is on the monotonic clock
@@ -40,7 +46,7 @@ does not make every pod look stuck.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +85,12 @@ REPORT_AFTER = ("blocked", "error")
 # not whoever else said no.
 DELETE_AFTER = ("blocked",)
 STUCK_AFTER_S = 3.0
+CONTENTION_MAX = 6     # refusals counted per PDB: a share of room / 64 at the least
+# Past the cutoff a PDB without room is asked anyway (one eviction) once its watched status has
+# not moved for this long, and then again only after as long: a watch can go silent without
+# failing (the drain cuts one only after WATCH_QUIET_S, minutes), and the server decides. A
+# status that moves is a live watch, and the server would answer what it shows.
+PROBE_QUIET_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +177,8 @@ class EvictionBook:
 
     def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,  # noqa: PLR0913 -- keyword-only, each with its default
                  evicted: frozenset[str] = frozenset(), deleted: frozenset[str] = frozenset(),
-                 reported: frozenset[str] = frozenset(), rules: Rules | None = None) -> None:
+                 reported: frozenset[str] = frozenset(), rules: Rules | None = None,
+                 rand: Callable[[], float] = lambda: 0.0) -> None:
         if pdb_blocked not in ("delete", "report"):
             raise ValueError(f"pdb_blocked must be delete or report, got {pdb_blocked!r}")
         self.ends = ends
@@ -189,6 +202,13 @@ class EvictionBook:
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
         self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
         self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
+        # Sharing a PDB's room with drains on other nodes (``_share``): the PDB refusals met since the
+        # last accepted eviction under it ("ns/name" -> count, at most CONTENTION_MAX), and how long
+        # a lane that drew "not now" waits (lane -> MonoTime) unless the watched room grows first.
+        self._contention: dict[str, int] = {}
+        self._deferred: dict[str, float] = {}
+        self._moved: dict[str, tuple[BudgetStatus, float]] = {}   # "ns/name" -> its status, since (MonoTime)
+        self._rand = rand   # [0, 1): the share's draws and jitter (passed in: deterministic under test)
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
@@ -199,7 +219,7 @@ class EvictionBook:
         the PDBs' status as watched now ("ns/name" -> status; None: not watched). The budget gate's bound runs on
         ``now.mono`` (without ``now``, its evictions never lapse)."""
         self._replan(pods, pdbs)
-        self.gate.update(budgets, None if now is None else now.mono)
+        self._update_gate(budgets, now)
         freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase not in (IN_FLIGHT, GONE):
@@ -220,6 +240,25 @@ class EvictionBook:
             elif seen.phase in (PENDING, RETRY) and t.terminating:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
+    def _update_gate(self, budgets: dict[str, BudgetStatus] | None, now: Moment | None) -> None:
+        """The watched statuses to the gate. A PDB whose room grew is the signal that room appeared
+        (other drains' pods left, a replacement turned Ready): its refused pods try again now, each
+        book after its own short jitter, so drains sharing the PDB do not all answer the same status
+        in the same millisecond."""
+        before = {key: self.gate.room(key) for key in self.gate.statuses}
+        self.gate.update(budgets, None if now is None else now.mono)
+        if now is None:
+            return
+        for key, status in self.gate.statuses.items():
+            seen = self._moved.get(key)
+            if seen is None or seen[0] != status:
+                self._moved[key] = (status, now.mono)
+        grown = {key for key in self.gate.statuses
+                 if (room := self.gate.room(key)) is not None and room > 0 and room > (before.get(key) or 0)}
+        if grown:
+            lanes = {t.lane for t in self.plan.targets.values() if grown.intersection(t.pdbs)}
+            self._wake(lanes, now.mono + pacing.LANE_WAKE_S * self._rand())
+
     def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
         if pods is self._planned and self._plan_key is not None and pdbs_key(pdbs) == self._plan_key[1]:
             return   # the very list planned last turn (a watch's unchanged snapshot), same PDBs
@@ -230,6 +269,9 @@ class EvictionBook:
             self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules, self._judged), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
+        for lane in lanes:
+            if self._deferred.get(lane, 0.0) > at:
+                self._deferred[lane] = at
         for uid, t in self.plan.targets.items():
             st = self.states.get(uid)
             if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
@@ -253,6 +295,7 @@ class EvictionBook:
                             lambda: draw)
         if answer.outcome == "throttled":
             self.throttled_until = max(self.throttled_until, new.retry_at)
+        self._contend(answer.outcome, st.op, {new.pdb, *t.pdbs} - {""})
         base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
                 "since_received_ms": round((now.wall - self.received_at) * 1000)}
         if answer.outcome == "accepted":
@@ -266,6 +309,15 @@ class EvictionBook:
         if answer.outcome == "unsupported":
             return [Emit("drain.eviction_unsupported", dict(base, error=new.error))]
         return []
+
+    def _contend(self, outcome: str, op: str, pdbs: set[str]) -> None:
+        """A PDB refusal counts one more drain met for the PDB's room (``_share``); an accepted
+        eviction under it one fewer."""
+        for key in pdbs:
+            if outcome == "blocked":
+                self._contention[key] = min(CONTENTION_MAX, self._contention.get(key, 0) + 1)
+            elif outcome == "accepted" and op != "delete" and self._contention.get(key, 0) > 0:
+                self._contention[key] -= 1
 
     # -- decisions ----------------------------------------------------------------------
     def remaining(self) -> list[str]:
@@ -285,10 +337,19 @@ class EvictionBook:
         return any(self.states[uid].phase not in DONE and self._held(uid, now, inputs)
                    for uid in self.plan.targets)
 
-    def next_due(self) -> float | None:
-        """The earliest moment (MonoTime) a retry falls due (or throttling ends), if any."""
-        due = min((st.retry_at for st in self.states.values() if st.phase == RETRY), default=None)
-        if due is not None and self.throttled_until > due:
+    def next_due(self, now: float) -> float | None:
+        """The earliest moment (MonoTime) after ``now`` that time alone may let the book send more: a
+        retry falls due, a lane's share wait or a throttle ends, a budget-closed lane turns stuck.
+        Nothing at or before ``now``: ``next_actions`` has just sent all it would, and what it held
+        back that is already due -- a retry its budget has no room for, a lane busy, no free slot --
+        waits for an event (a watched status, an answer), not a drain loop polling with timeout 0
+        until the next listing."""
+        times = [st.retry_at for st in self.states.values() if st.phase == RETRY]
+        times += self._deferred.values()
+        times += (since + STUCK_AFTER_S for since in self._gated_since.values())
+        times += (since + PROBE_QUIET_S for _, since in self._moved.values())
+        due = min((x for x in times if x > now), default=None)
+        if self.throttled_until > now and (due is None or self.throttled_until > due):
             return self.throttled_until
         return due
 
@@ -300,10 +361,11 @@ class EvictionBook:
         flight, and no more than the server's answers allow (``limit``, AIMD)."""
         self.limit.cap(slots)
         emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said, inputs.held_until)]
+        self._deferred = {lane: t for lane, t in self._deferred.items() if t > now.mono}
         if now.mono < self.throttled_until:
             return [], emits
         if self.past_evict_cutoff(now.wall, inputs):
-            picks = self._after_cutoff(now, emits)
+            picks = self._after_cutoff(now, inputs, emits)
         else:
             picks = self._by_the_book(now, inputs)
         # An extension, or the pod's own policy, holds it past the cutoff too.
@@ -324,10 +386,14 @@ class EvictionBook:
             return True
         return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
-    def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs) -> tuple[str, str | None]:
+    def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs,
+                   past_cutoff: bool = False) -> tuple[str, str | None]:
         """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
-        time, never past a pod its PDB blocks (the next one would be blocked too), and none while
-        the watched budget has no room."""
+        time, never past a pod its PDB blocks (the next one would be blocked too), none while
+        the watched budget has no room, and -- when this drain has met others for the same room
+        (``_share``) -- only its share of it. Past the cutoff the checkpoint holds are lifted and a
+        lane the budget has kept closed for ``STUCK_AFTER_S`` asks the server at its refusal
+        backoff: the server decides, and a watch that lags or stopped must not hold a pod for good."""
         waiting = False
         for uid in lane.uids:
             st = self.states[uid]
@@ -337,20 +403,52 @@ class EvictionBook:
                 return "busy", None
             if now.wall < self.targets[uid].hold_until:
                 continue   # its own policy keeps it: it holds up neither its lane nor the next tier
-            if self._held(uid, now.wall, inputs):
+            if (now.wall < inputs.held_until.get(uid, 0.0)) if past_cutoff else self._held(uid, now.wall, inputs):
                 waiting = True
                 continue
             stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
                      and now.mono - st.blocked_since >= STUCK_AFTER_S)
-            due = st.phase == PENDING or st.retry_at <= now.mono
+            due = (st.phase == PENDING or st.retry_at <= now.mono) and self._deferred.get(lane.key, 0.0) <= now.mono
             t = self.targets[uid]
-            if due and self.gate.verdict(t.pdbs, t.pod) == CLOSED:
+            if self.gate.verdict(t.pdbs, t.pod) == CLOSED:   # (while it backs off too: no room all along)
                 since = self._gated_since.setdefault(lane.key, now.mono)
                 stuck = stuck or (not waiting and now.mono - since >= STUCK_AFTER_S)
-                return ("stuck" if stuck else "busy"), None
+                probe = due and past_cutoff and stuck and self._quiet(t.pdbs, now.mono)
+                return ("stuck" if stuck else "busy"), (uid if probe else None)
             self._gated_since.pop(lane.key, None)
+            if due and not self._share(lane, t, now):
+                due = False
             return ("stuck" if stuck else "busy"), (uid if due else None)
         return ("busy" if waiting else "done"), None
+
+    def _quiet(self, pdbs: tuple[str, ...], now: float) -> bool:
+        """Has the watched status of these PDBs stood still for PROBE_QUIET_S? If so it is asked
+        (and the wait starts again: one probe a PROBE_QUIET_S at most)."""
+        keys = [k for k in pdbs if k in self._moved]
+        if any(now - self._moved[k][1] < PROBE_QUIET_S for k in keys):
+            return False
+        for k in keys:
+            self._moved[k] = (self._moved[k][0], now)
+        return True
+
+    def _share(self, lane: Lane, t: Target, now: Moment) -> bool:
+        """Send now? Agents on other nodes may watch the same PDB and see the same room ``r``; each
+        sending whenever it sees room would send N for r, and the server refuses N - r of them at
+        the cost of an accepted one. So once this drain has met ``c`` refusals of the PDB (since its
+        last accepted eviction under it), it sends with probability r / 2**c (binary exponential
+        backoff, as Ethernet's, on the chance instead of only on the time) and otherwise waits a
+        jittered refusal backoff or until the PDB's watched room grows (``observe``): no
+        coordinator, decorrelated by each drain's own random draws. A drain alone on its PDBs meets
+        no refusal (the gate keeps it within the room) and always sends."""
+        c = max((self._contention.get(k, 0) for k in t.pdbs), default=0)
+        if c == 0:
+            return True
+        rooms = [r for k in t.pdbs if (r := self.gate.room(k)) is not None]
+        room = min(rooms) if rooms else 1
+        if self._rand() < min(1.0, room / 2.0 ** c):
+            return True
+        self._deferred[lane.key] = now.mono + pacing.refused_delay(c, None, self._rand)
+        return False
 
     def _by_the_book(self, now: Moment, inputs: Inputs) -> list[tuple[str, str]]:
         picks: list[tuple[str, str]] = []
@@ -368,32 +466,63 @@ class EvictionBook:
                 settled = False
         return picks
 
-    def _after_cutoff(self, now: Moment, emits: list[Emit]) -> list[tuple[str, str]]:
+    def _after_cutoff(self, now: Moment, inputs: Inputs, emits: list[Emit]) -> list[tuple[str, str]]:
+        """Past the cutoff the order is lifted -- tiers, checkpoint holds -- but not a PDB's pace: under
+        ``pdb_blocked = report`` an eviction the budget has no room for is refused by the server all
+        the same and costs it as much as one it accepts (the 429 is written after the PDB's status is
+        read and retried on conflict, eviction.go ``checkAndDecrement`` / ``EvictionsRetry``), so a
+        lane under a PDB keeps one eviction in flight and waits for room as before the cutoff. Only
+        ``delete`` changes what a refusal leads to: every pod is sent at once, and each the PDB refuses
+        is deleted."""
         picks: list[tuple[str, str]] = []
-        for uid in self.plan.order():
-            st = self.states[uid]
-            if st.phase == PENDING:
-                picks.append((uid, "evict"))
-            elif st.phase != RETRY:
-                continue
-            elif st.last not in REPORT_AFTER:
-                if st.retry_at <= now.mono:
-                    picks.append((uid, st.op or "evict"))
-            elif self.pdb_blocked == "delete" and (st.last in DELETE_AFTER or st.op == "delete"):
-                # (op "delete": the PDB's refusal already decided it; a failed delete is retried)
-                if st.op != "delete" or st.retry_at <= now.mono:
-                    picks.append((uid, "delete"))
-            else:
-                if not st.reported:
-                    self.states[uid] = st = dataclasses.replace(st, reported=True)
-                    emits.append(self._blocked_event(uid, st, now))
-                if st.retry_at <= now.mono:
+        for lane in self.plan.lanes:
+            if self.pdb_blocked == "report" and lane.key.startswith("pdb:"):
+                state, uid = self._lane_next(lane, now, inputs, past_cutoff=True)
+                if uid is not None:
                     picks.append((uid, "evict"))
+                self._report_lane(lane, state == "stuck", now, emits)
+                continue
+            for uid in lane.uids:
+                pick = self._lifted(uid, now, emits)
+                if pick is not None:
+                    picks.append((uid, pick))
         return picks
 
-    def _blocked_event(self, uid: str, st: PodState, now: Moment) -> Emit:
+    def _lifted(self, uid: str, now: Moment, emits: list[Emit]) -> str | None:
+        """The op to send for a pod no lane holds back any more (None: nothing now)."""
+        st = self.states[uid]
+        if st.phase == PENDING:
+            return "evict"
+        if st.phase != RETRY:
+            return None
+        if st.last not in REPORT_AFTER:
+            return (st.op or "evict") if st.retry_at <= now.mono else None
+        if self.pdb_blocked == "delete" and (st.last in DELETE_AFTER or st.op == "delete"):
+            # (op "delete": the PDB's refusal already decided it; a failed delete is retried)
+            return "delete" if st.op != "delete" or st.retry_at <= now.mono else None
+        self._report(uid, now, emits)
+        return "evict" if st.retry_at <= now.mono else None
+
+    def _report_lane(self, lane: Lane, stuck: bool, now: Moment, emits: list[Emit]) -> None:
+        """Past the cutoff, a pod its PDB refused is reported (once); when the lane is stuck (the PDB has
+        refused, or shown no room, for ``STUCK_AFTER_S``) so is every pod waiting behind it: the same
+        budget holds them, and they are not sent to hear it."""
+        for uid in lane.uids:
+            st = self.states[uid]
+            if st.phase in DONE or st.phase == IN_FLIGHT or st.reported:
+                continue
+            if (st.phase == RETRY and st.last in REPORT_AFTER) or stuck:
+                self._report(uid, now, emits, self._gated_since.get(lane.key))
+
+    def _report(self, uid: str, now: Moment, emits: list[Emit], since: float | None = None) -> None:
+        st = self.states[uid]
+        if not st.reported:
+            self.states[uid] = st = dataclasses.replace(st, reported=True)
+            emits.append(self._blocked_event(uid, st, now, since))
+
+    def _blocked_event(self, uid: str, st: PodState, now: Moment, gated_since: float | None = None) -> Emit:
         t = self.targets[uid]
-        since = st.blocked_since if st.blocked_since is not None else now.mono
+        since = next((x for x in (st.blocked_since, gated_since) if x is not None), now.mono)
         return Emit("drain.eviction_blocked", {
             "pod": t.key, "uid": uid, "pdb": st.pdb or t.pdb, "attempts": st.attempts,
             "blocked_for_ms": round((now.mono - since) * 1000), "error": st.error,

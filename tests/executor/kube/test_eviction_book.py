@@ -147,8 +147,13 @@ def test_the_verifiers_escalation_brings_the_cutoff_forward():
     assert send(b, T0 + 3, Inputs(escalated=True))[0][0].op == "delete"
 
 
-def test_after_the_cutoff_lanes_and_tiers_no_longer_wait():
-    b = book(WEB + [pod("dns", ns="kube-system", priority_class="system-node-critical")], WEB_PDB)
+def test_after_the_cutoff_tiers_no_longer_wait_but_a_pdb_keeps_its_pace():
+    """Under pdb_blocked=report the cutoff lifts the tiers, not the PDB's one eviction at a time
+    (a refusal there changes nothing but the server's load); under delete every pod goes at once."""
+    critical = [pod("dns", ns="kube-system", priority_class="system-node-critical")]
+    b = book(WEB + critical, WEB_PDB)
+    assert names(send(b, D.evict_at)[0]) == ["web-0", "dns"]
+    b = book(WEB + critical, WEB_PDB, pdb_blocked="delete")
     assert names(send(b, D.evict_at)[0]) == ["web-0", "web-1", "web-2", "dns"]
 
 
