@@ -1,22 +1,11 @@
-"""Every pod's eviction, as a state machine, and what to send next (pure: no I/O, clock passed in).
+"""Every pod's eviction state, and what to send next (pure: no I/O, clock passed in).
 
 The drain adapter (``executor.kube.runner``) feeds the book what it sees and hears --
 ``observe`` each listing of the node, ``answer`` each API reply -- and asks
 ``next_actions`` what to send. The book says which events happened; it
 never calls anything.
 
-A pod's phases, and the answer that moves it (``_NEXT``)::
-
-    pending --send--> in_flight --accepted--> accepted --(gone from listing)--> gone
-                          |  \\--gone (404, or 409: the UID precondition says it is another pod)--> gone
-                          |   \\--refused (not our node: never retried)--> refused
-                          |    \\--unsupported (no Eviction version to send: never a DELETE)--> refused
-                          \\--blocked (PDB 429) / throttled (APF 429) / error / unreachable--> retry
-                                                                          --(backoff due)--> in_flight
-
-The two 429s get their own retry (``executor.kube.pacing``): a PDB refusal is retried
-soon and counts towards escalation at the cutoff; a throttled answer holds every send of
-the book until the server's Retry-After (with jitter) and never escalates the pod.
+A pod's phases, the answers that move it and the retry each leads to: ``pod_state``.
 
 Scheduling, before the evict cutoff: lanes (one PDB each) send one eviction
 at a time and never skip past a pod its PDB blocks; a pod is sent only when the
@@ -33,10 +22,7 @@ the contract's ``pdb_blocked`` says: under ``delete`` every pod left is
 evicted at once (a PDB's refusal is what turns a pod into a DELETE); under
 ``report`` a PDB's lane keeps its pace (``_after_cutoff``). Reported pods keep
 being retried politely: the budget may still allow them before the machine goes.
-
-Drains on other nodes may share a PDB's room: once this one has met refusals
-under a PDB it sends with a share of the room it sees (``_share``), and the
-watched status showing more room wakes the pods the PDB refused.
+Other nodes' drains may share a PDB's room (``pdb_share``).
 
 Two clocks (``common.clock``): the phase ends are wall-clock epochs (``Moment.wall``); every
 wait -- a retry's backoff, a throttle, "stuck for 3 s", a lane's wake -- is on the monotonic clock
@@ -50,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.clock import Moment, MonoTime, WallTime
+from common.clock import Moment, WallTime
 from common.events import EventType
 from common.pod_policy import Rules
 from common.wire import PhaseEnds
@@ -69,57 +55,22 @@ from executor.kube.drain_plan import (
     plan_key,
     policy_events,
 )
+from executor.kube.pdb_share import PdbShare
+from executor.kube.pod_state import (
+    ACCEPTED,
+    DELETE_AFTER,
+    DONE,
+    GONE,
+    IN_FLIGHT,
+    PENDING,
+    REPORT_AFTER,
+    RETRY,
+    Answer,
+    PodState,
+    transition,
+)
 
-PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
-DONE = frozenset({ACCEPTED, GONE, REFUSED})
-OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused", "unsupported")
-_NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "throttled": RETRY, "error": RETRY,
-         "unreachable": RETRY, "refused": REFUSED, "unsupported": REFUSED}
-# Past the cutoff, a pod whose last answer was one of these is reported (drain.eviction_blocked).
-# An unreachable or throttling server is not the pod's budget: just retry.
-REPORT_AFTER = ("blocked", "error")
-# ... and only a PodDisruptionBudget's refusal -- "blocked": a 429 whose Status carries the
-# DisruptionBudget cause (eviction.go checkAndDecrement; ``pacing.classify_429``) -- turns into a
-# DELETE under ``pdb_blocked = delete``. A webhook's denial (403/400 "admission webhook ... denied
-# the request"), a server error (500) or a plain APF 429 never does: the policy bypasses budgets,
-# not whoever else said no.
-DELETE_AFTER = ("blocked",)
 STUCK_AFTER_S = 3.0
-CONTENTION_MAX = 6     # refusals counted per PDB: a share of room / 64 at the least
-# Past the cutoff a PDB without room is asked anyway (one eviction) once its watched status has
-# not moved for this long, and then again only after as long: a watch can go silent without
-# failing (the drain cuts one only after WATCH_QUIET_S, minutes), and the server decides. A
-# status that moves is a live watch, and the server would answer what it shows.
-PROBE_QUIET_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class PodState:
-    phase: str = PENDING
-    op: str = ""                  # the call in flight or last sent: evict | delete
-    grace_s: int | None = None    # gracePeriodSeconds of that call (None: the pod's own)
-    attempts: int = 0             # answers that did not move the pod (throttling not counted)
-    throttles: int = 0            # throttled answers in a row
-    last: str = ""                # the last answer's outcome
-    retry_at: float = 0.0                  # MonoTime
-    blocked_since: float | None = None     # MonoTime
-    pdb: str = ""                 # the PDB the server named in its last 429
-    error: str = ""
-    reported: bool = False        # drain.eviction_blocked emitted
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    outcome: str        # one of OUTCOMES
-    detail: str = ""
-    pdb: str = ""
-    retry_after: float | None = None   # the 429's Retry-After, seconds
-    sent_at: float = 0.0               # monotonic: when the call went out (pacing.ConcurrencyLimit)
-    latency_s: float = 0.0             # how long its answer took
-
-    def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {self.outcome!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,29 +98,6 @@ class Action:
 class Emit:
     event: EventType
     data: dict[str, Any]
-
-
-def transition(st: PodState, answer: Answer, now: MonoTime, draw: float = 0.0) -> PodState:
-    """The state after an answer to the call in flight (``now``: the monotonic clock, which every
-    retry is timed on); ``draw`` in [0, 1): the retry's jitter."""
-    def rand() -> float:
-        return draw
-
-    phase = _NEXT[answer.outcome]
-    if answer.outcome == "throttled":
-        throttles = st.throttles + 1
-        return dataclasses.replace(
-            st, phase=RETRY, throttles=throttles, last=st.last or "throttled",
-            retry_at=now + pacing.throttled_delay(throttles, answer.retry_after, rand))
-    attempts = st.attempts + (1 if phase == RETRY else 0)
-    blocked_since = st.blocked_since
-    if answer.outcome == "blocked" and blocked_since is None:
-        blocked_since = now
-    retry_at = now + pacing.refused_delay(attempts, answer.retry_after, rand) if phase == RETRY else 0.0
-    return dataclasses.replace(
-        st, phase=phase, attempts=attempts, throttles=0, last=answer.outcome,
-        retry_at=retry_at, blocked_since=blocked_since,
-        pdb=answer.pdb or st.pdb, error=answer.detail[:300] if phase in (RETRY, REFUSED) else st.error)
 
 
 class EvictionBook:
@@ -202,13 +130,7 @@ class EvictionBook:
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
         self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
         self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
-        # Sharing a PDB's room with drains on other nodes (``_share``): the PDB refusals met since the
-        # last accepted eviction under it ("ns/name" -> count, at most CONTENTION_MAX), and how long
-        # a lane that drew "not now" waits (lane -> MonoTime) unless the watched room grows first.
-        self._contention: dict[str, int] = {}
-        self._deferred: dict[str, float] = {}
-        self._moved: dict[str, tuple[BudgetStatus, float]] = {}   # "ns/name" -> its status, since (MonoTime)
-        self._rand = rand   # [0, 1): the share's draws and jitter (passed in: deterministic under test)
+        self.share = PdbShare(rand)   # rand in [0, 1): its draws, the wakes' jitter (passed in: deterministic)
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
@@ -241,23 +163,18 @@ class EvictionBook:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
     def _update_gate(self, budgets: dict[str, BudgetStatus] | None, now: Moment | None) -> None:
-        """The watched statuses to the gate. A PDB whose room grew is the signal that room appeared
-        (other drains' pods left, a replacement turned Ready): its refused pods try again now, each
-        book after its own short jitter, so drains sharing the PDB do not all answer the same status
-        in the same millisecond."""
+        """The watched statuses to the gate. A PDB whose room grew (other drains' pods left, a
+        replacement turned Ready) wakes the pods it refused, after each book's own short jitter."""
         before = {key: self.gate.room(key) for key in self.gate.statuses}
         self.gate.update(budgets, None if now is None else now.mono)
         if now is None:
             return
-        for key, status in self.gate.statuses.items():
-            seen = self._moved.get(key)
-            if seen is None or seen[0] != status:
-                self._moved[key] = (status, now.mono)
+        self.share.saw(self.gate.statuses, now.mono)
         grown = {key for key in self.gate.statuses
                  if (room := self.gate.room(key)) is not None and room > 0 and room > (before.get(key) or 0)}
         if grown:
             lanes = {t.lane for t in self.plan.targets.values() if grown.intersection(t.pdbs)}
-            self._wake(lanes, now.mono + pacing.LANE_WAKE_S * self._rand())
+            self._wake(lanes, now.mono + pacing.LANE_WAKE_S * self.share.rand())
 
     def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
         if pods is self._planned and self._plan_key is not None and pdbs_key(pdbs) == self._plan_key[1]:
@@ -269,9 +186,7 @@ class EvictionBook:
             self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules, self._judged), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
-        for lane in lanes:
-            if self._deferred.get(lane, 0.0) > at:
-                self._deferred[lane] = at
+        self.share.wake(lanes, at)
         for uid, t in self.plan.targets.items():
             st = self.states.get(uid)
             if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
@@ -295,7 +210,7 @@ class EvictionBook:
                             lambda: draw)
         if answer.outcome == "throttled":
             self.throttled_until = max(self.throttled_until, new.retry_at)
-        self._contend(answer.outcome, st.op, {new.pdb, *t.pdbs} - {""})
+        self.share.answered(answer.outcome, st.op, {new.pdb, *t.pdbs} - {""})
         base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
                 "since_received_ms": round((now.wall - self.received_at) * 1000)}
         if answer.outcome == "accepted":
@@ -309,15 +224,6 @@ class EvictionBook:
         if answer.outcome == "unsupported":
             return [Emit("drain.eviction_unsupported", dict(base, error=new.error))]
         return []
-
-    def _contend(self, outcome: str, op: str, pdbs: set[str]) -> None:
-        """A PDB refusal counts one more drain met for the PDB's room (``_share``); an accepted
-        eviction under it one fewer."""
-        for key in pdbs:
-            if outcome == "blocked":
-                self._contention[key] = min(CONTENTION_MAX, self._contention.get(key, 0) + 1)
-            elif outcome == "accepted" and op != "delete" and self._contention.get(key, 0) > 0:
-                self._contention[key] -= 1
 
     # -- decisions ----------------------------------------------------------------------
     def remaining(self) -> list[str]:
@@ -338,16 +244,12 @@ class EvictionBook:
                    for uid in self.plan.targets)
 
     def next_due(self, now: float) -> float | None:
-        """The earliest moment (MonoTime) after ``now`` that time alone may let the book send more: a
-        retry falls due, a lane's share wait or a throttle ends, a budget-closed lane turns stuck.
-        Nothing at or before ``now``: ``next_actions`` has just sent all it would, and what it held
-        back that is already due -- a retry its budget has no room for, a lane busy, no free slot --
-        waits for an event (a watched status, an answer), not a drain loop polling with timeout 0
-        until the next listing."""
+        """The earliest moment (MonoTime) after ``now`` that time alone may let the book send more.
+        Never one at or before it: what ``next_actions`` held back that is due already (no room, a
+        lane busy, no slot) waits for an event, not a drain loop polling with timeout 0."""
         times = [st.retry_at for st in self.states.values() if st.phase == RETRY]
-        times += self._deferred.values()
+        times += self.share.moments()
         times += (since + STUCK_AFTER_S for since in self._gated_since.values())
-        times += (since + PROBE_QUIET_S for _, since in self._moved.values())
         due = min((x for x in times if x > now), default=None)
         if self.throttled_until > now and (due is None or self.throttled_until > due):
             return self.throttled_until
@@ -361,7 +263,7 @@ class EvictionBook:
         flight, and no more than the server's answers allow (``limit``, AIMD)."""
         self.limit.cap(slots)
         emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said, inputs.held_until)]
-        self._deferred = {lane: t for lane, t in self._deferred.items() if t > now.mono}
+        self.share.tick(now.mono)
         if now.mono < self.throttled_until:
             return [], emits
         if self.past_evict_cutoff(now.wall, inputs):
@@ -388,12 +290,10 @@ class EvictionBook:
 
     def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs,
                    past_cutoff: bool = False) -> tuple[str, str | None]:
-        """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
-        time, never past a pod its PDB blocks (the next one would be blocked too), none while
-        the watched budget has no room, and -- when this drain has met others for the same room
-        (``_share``) -- only its share of it. Past the cutoff the checkpoint holds are lifted and a
-        lane the budget has kept closed for ``STUCK_AFTER_S`` asks the server at its refusal
-        backoff: the server decides, and a watch that lags or stopped must not hold a pod for good."""
+        """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a time,
+        never past a pod its PDB blocks, none while the watched budget has no room, and only this
+        drain's share of the room (``pdb_share``). Past the cutoff checkpoint holds are lifted, and a
+        stuck lane whose budget status stood still is asked (``PdbShare.quiet``)."""
         waiting = False
         for uid in lane.uids:
             st = self.states[uid]
@@ -408,47 +308,22 @@ class EvictionBook:
                 continue
             stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
                      and now.mono - st.blocked_since >= STUCK_AFTER_S)
-            due = (st.phase == PENDING or st.retry_at <= now.mono) and self._deferred.get(lane.key, 0.0) <= now.mono
+            due = (st.phase == PENDING or st.retry_at <= now.mono) and not self.share.waiting(lane.key, now.mono)
             t = self.targets[uid]
             if self.gate.verdict(t.pdbs, t.pod) == CLOSED:   # (while it backs off too: no room all along)
                 since = self._gated_since.setdefault(lane.key, now.mono)
                 stuck = stuck or (not waiting and now.mono - since >= STUCK_AFTER_S)
-                probe = due and past_cutoff and stuck and self._quiet(t.pdbs, now.mono)
+                probe = due and past_cutoff and stuck and self.share.quiet(t.pdbs, now.mono)
                 return ("stuck" if stuck else "busy"), (uid if probe else None)
             self._gated_since.pop(lane.key, None)
-            if due and not self._share(lane, t, now):
+            if due and not self.share.send(lane.key, t.pdbs, self._room(t.pdbs), now.mono):
                 due = False
             return ("stuck" if stuck else "busy"), (uid if due else None)
         return ("busy" if waiting else "done"), None
 
-    def _quiet(self, pdbs: tuple[str, ...], now: float) -> bool:
-        """Has the watched status of these PDBs stood still for PROBE_QUIET_S? If so it is asked
-        (and the wait starts again: one probe a PROBE_QUIET_S at most)."""
-        keys = [k for k in pdbs if k in self._moved]
-        if any(now - self._moved[k][1] < PROBE_QUIET_S for k in keys):
-            return False
-        for k in keys:
-            self._moved[k] = (self._moved[k][0], now)
-        return True
-
-    def _share(self, lane: Lane, t: Target, now: Moment) -> bool:
-        """Send now? Agents on other nodes may watch the same PDB and see the same room ``r``; each
-        sending whenever it sees room would send N for r, and the server refuses N - r of them at
-        the cost of an accepted one. So once this drain has met ``c`` refusals of the PDB (since its
-        last accepted eviction under it), it sends with probability r / 2**c (binary exponential
-        backoff, as Ethernet's, on the chance instead of only on the time) and otherwise waits a
-        jittered refusal backoff or until the PDB's watched room grows (``observe``): no
-        coordinator, decorrelated by each drain's own random draws. A drain alone on its PDBs meets
-        no refusal (the gate keeps it within the room) and always sends."""
-        c = max((self._contention.get(k, 0) for k in t.pdbs), default=0)
-        if c == 0:
-            return True
-        rooms = [r for k in t.pdbs if (r := self.gate.room(k)) is not None]
-        room = min(rooms) if rooms else 1
-        if self._rand() < min(1.0, room / 2.0 ** c):
-            return True
-        self._deferred[lane.key] = now.mono + pacing.refused_delay(c, None, self._rand)
-        return False
+    def _room(self, pdbs: tuple[str, ...]) -> int | None:
+        rooms = [r for k in pdbs if (r := self.gate.room(k)) is not None]
+        return min(rooms) if rooms else None
 
     def _by_the_book(self, now: Moment, inputs: Inputs) -> list[tuple[str, str]]:
         picks: list[tuple[str, str]] = []
@@ -467,13 +342,10 @@ class EvictionBook:
         return picks
 
     def _after_cutoff(self, now: Moment, inputs: Inputs, emits: list[Emit]) -> list[tuple[str, str]]:
-        """Past the cutoff the order is lifted -- tiers, checkpoint holds -- but not a PDB's pace: under
-        ``pdb_blocked = report`` an eviction the budget has no room for is refused by the server all
-        the same and costs it as much as one it accepts (the 429 is written after the PDB's status is
-        read and retried on conflict, eviction.go ``checkAndDecrement`` / ``EvictionsRetry``), so a
-        lane under a PDB keeps one eviction in flight and waits for room as before the cutoff. Only
-        ``delete`` changes what a refusal leads to: every pod is sent at once, and each the PDB refuses
-        is deleted."""
+        """The order is lifted -- tiers, checkpoint holds -- but not a PDB's pace under ``report``: a
+        refusal changes nothing there but costs the server about an accepted eviction (eviction.go
+        ``checkAndDecrement`` under ``EvictionsRetry``). Under ``delete`` all go at once: a PDB's
+        refusal is what turns a pod into a DELETE."""
         picks: list[tuple[str, str]] = []
         for lane in self.plan.lanes:
             if self.pdb_blocked == "report" and lane.key.startswith("pdb:"):
@@ -504,9 +376,8 @@ class EvictionBook:
         return "evict" if st.retry_at <= now.mono else None
 
     def _report_lane(self, lane: Lane, stuck: bool, now: Moment, emits: list[Emit]) -> None:
-        """Past the cutoff, a pod its PDB refused is reported (once); when the lane is stuck (the PDB has
-        refused, or shown no room, for ``STUCK_AFTER_S``) so is every pod waiting behind it: the same
-        budget holds them, and they are not sent to hear it."""
+        """A pod its PDB refused is reported once; every pod waiting behind it too when the lane is
+        stuck (the same budget holds them; they are not sent to hear it)."""
         for uid in lane.uids:
             st = self.states[uid]
             if st.phase in DONE or st.phase == IN_FLIGHT or st.reported:
@@ -525,5 +396,5 @@ class EvictionBook:
         since = next((x for x in (st.blocked_since, gated_since) if x is not None), now.mono)
         return Emit("drain.eviction_blocked", {
             "pod": t.key, "uid": uid, "pdb": st.pdb or t.pdb, "attempts": st.attempts,
-            "blocked_for_ms": round((now.mono - since) * 1000), "error": st.error,
+            "blocked_for_ms": round((now.mono - since) * 1000), "error": st.error or "no room in the PDB's watched status (not sent)",
             "since_received_ms": round((now.wall - self.received_at) * 1000)})

@@ -6,18 +6,9 @@ import dataclasses
 import pytest
 
 from common.wire import Budget, phase_ends
-from executor.kube.eviction_book import (
-    ACCEPTED,
-    GONE,
-    RETRY,
-    STUCK_AFTER_S,
-    Answer,
-    EvictionBook,
-    Inputs,
-    PodState,
-    transition,
-)
+from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook, Inputs
 from executor.kube.pacing import LANE_WAKE_S, REFUSED_MAX_S
+from executor.kube.pod_state import ACCEPTED, GONE, RETRY, Answer, PodState, transition
 from tests.executor.kube.podspecs import pdb, pod
 from tests.support.clocks import at
 
