@@ -15,7 +15,7 @@ from executor.kube.api import (
     Unreachable,
 )
 from executor.kube.drain_plan import pdb_from_causes
-from executor.kube.eviction_book import Answer
+from executor.kube.pod_state import Answer
 
 
 def answer_of(call: Callable[[], object], sent_at: float, heard_at: float) -> Answer:

@@ -35,8 +35,9 @@ from common.supervise import Crash
 from executor.kube.answers import answer_of, answer_raising
 from executor.kube.api import SMP, CredentialsRefused, KubeApi, KubeError, Unreachable
 from executor.kube.conn import Conn
-from executor.kube.eviction_book import Action, Answer
+from executor.kube.eviction_book import Action
 from executor.kube.http_feed import FeedError, ResponseFeed
+from executor.kube.pod_state import Answer
 from executor.kube.pod_view import RELIST
 from executor.kube.watch import Listed, V, Watch
 

@@ -1,22 +1,11 @@
-"""Every pod's eviction, as a state machine, and what to send next (pure: no I/O, clock passed in).
+"""Every pod's eviction state, and what to send next (pure: no I/O, clock passed in).
 
 The drain adapter (``executor.kube.runner``) feeds the book what it sees and hears --
 ``observe`` each listing of the node, ``answer`` each API reply -- and asks
 ``next_actions`` what to send. The book says which events happened; it
 never calls anything.
 
-A pod's phases, and the answer that moves it (``_NEXT``)::
-
-    pending --send--> in_flight --accepted--> accepted --(gone from listing)--> gone
-                          |  \\--gone (404, or 409: the UID precondition says it is another pod)--> gone
-                          |   \\--refused (not our node: never retried)--> refused
-                          |    \\--unsupported (no Eviction version to send: never a DELETE)--> refused
-                          \\--blocked (PDB 429) / throttled (APF 429) / error / unreachable--> retry
-                                                                          --(backoff due)--> in_flight
-
-The two 429s get their own retry (``executor.kube.pacing``): a PDB refusal is retried
-soon and counts towards escalation at the cutoff; a throttled answer holds every send of
-the book until the server's Retry-After (with jitter) and never escalates the pod.
+A pod's phases, the answers that move it and the retry each leads to: ``pod_state``.
 
 Scheduling, before the evict cutoff: lanes (one PDB each) send one eviction
 at a time and never skip past a pod its PDB blocks; a pod is sent only when the
@@ -27,10 +16,13 @@ starts once every tier-0 lane is done or stuck (its PDB has refused for
 until that pod is gone, which is pace, not a block); pods whose workloads are
 still checkpointing (agent-socket clients that have not acked) wait until they
 ack or the checkpoint window ends. At the evict cutoff (the contract's clock,
-or the verifier's ``evict_over`` escalation) the order is lifted: every pod
-left is evicted at once, and a pod its PDB still blocks is deleted or
-reported, as the contract's ``pdb_blocked`` says. Reported pods keep being
-retried politely: the budget may still allow them before the machine goes.
+or the verifier's ``evict_over`` escalation) the order is lifted -- tiers and
+checkpoint holds -- and a pod its PDB still blocks is deleted or reported, as
+the contract's ``pdb_blocked`` says: under ``delete`` every pod left is
+evicted at once (a PDB's refusal is what turns a pod into a DELETE); under
+``report`` a PDB's lane keeps its pace (``_after_cutoff``). Reported pods keep
+being retried politely: the budget may still allow them before the machine goes.
+Other nodes' drains may share a PDB's room (``pdb_share``).
 
 Two clocks (``common.clock``): the phase ends are wall-clock epochs (``Moment.wall``); every
 wait -- a retry's backoff, a throttle, "stuck for 3 s", a lane's wake -- is on the monotonic clock
@@ -40,11 +32,11 @@ does not make every pod look stuck.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.clock import Moment, MonoTime, WallTime
+from common.clock import Moment, WallTime
 from common.events import EventType
 from common.pod_policy import Rules
 from common.wire import PhaseEnds
@@ -63,51 +55,22 @@ from executor.kube.drain_plan import (
     plan_key,
     policy_events,
 )
+from executor.kube.pdb_share import PdbShare
+from executor.kube.pod_state import (
+    ACCEPTED,
+    DELETE_AFTER,
+    DONE,
+    GONE,
+    IN_FLIGHT,
+    PENDING,
+    REPORT_AFTER,
+    RETRY,
+    Answer,
+    PodState,
+    transition,
+)
 
-PENDING, IN_FLIGHT, RETRY, ACCEPTED, GONE, REFUSED = "pending", "in_flight", "retry", "accepted", "gone", "refused"
-DONE = frozenset({ACCEPTED, GONE, REFUSED})
-OUTCOMES = ("accepted", "gone", "blocked", "throttled", "error", "unreachable", "refused", "unsupported")
-_NEXT = {"accepted": ACCEPTED, "gone": GONE, "blocked": RETRY, "throttled": RETRY, "error": RETRY,
-         "unreachable": RETRY, "refused": REFUSED, "unsupported": REFUSED}
-# Past the cutoff, a pod whose last answer was one of these is reported (drain.eviction_blocked).
-# An unreachable or throttling server is not the pod's budget: just retry.
-REPORT_AFTER = ("blocked", "error")
-# ... and only a PodDisruptionBudget's refusal -- "blocked": a 429 whose Status carries the
-# DisruptionBudget cause (eviction.go checkAndDecrement; ``pacing.classify_429``) -- turns into a
-# DELETE under ``pdb_blocked = delete``. A webhook's denial (403/400 "admission webhook ... denied
-# the request"), a server error (500) or a plain APF 429 never does: the policy bypasses budgets,
-# not whoever else said no.
-DELETE_AFTER = ("blocked",)
 STUCK_AFTER_S = 3.0
-
-
-@dataclass(frozen=True, slots=True)
-class PodState:
-    phase: str = PENDING
-    op: str = ""                  # the call in flight or last sent: evict | delete
-    grace_s: int | None = None    # gracePeriodSeconds of that call (None: the pod's own)
-    attempts: int = 0             # answers that did not move the pod (throttling not counted)
-    throttles: int = 0            # throttled answers in a row
-    last: str = ""                # the last answer's outcome
-    retry_at: float = 0.0                  # MonoTime
-    blocked_since: float | None = None     # MonoTime
-    pdb: str = ""                 # the PDB the server named in its last 429
-    error: str = ""
-    reported: bool = False        # drain.eviction_blocked emitted
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    outcome: str        # one of OUTCOMES
-    detail: str = ""
-    pdb: str = ""
-    retry_after: float | None = None   # the 429's Retry-After, seconds
-    sent_at: float = 0.0               # monotonic: when the call went out (pacing.ConcurrencyLimit)
-    latency_s: float = 0.0             # how long its answer took
-
-    def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {self.outcome!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,35 +100,13 @@ class Emit:
     data: dict[str, Any]
 
 
-def transition(st: PodState, answer: Answer, now: MonoTime, draw: float = 0.0) -> PodState:
-    """The state after an answer to the call in flight (``now``: the monotonic clock, which every
-    retry is timed on); ``draw`` in [0, 1): the retry's jitter."""
-    def rand() -> float:
-        return draw
-
-    phase = _NEXT[answer.outcome]
-    if answer.outcome == "throttled":
-        throttles = st.throttles + 1
-        return dataclasses.replace(
-            st, phase=RETRY, throttles=throttles, last=st.last or "throttled",
-            retry_at=now + pacing.throttled_delay(throttles, answer.retry_after, rand))
-    attempts = st.attempts + (1 if phase == RETRY else 0)
-    blocked_since = st.blocked_since
-    if answer.outcome == "blocked" and blocked_since is None:
-        blocked_since = now
-    retry_at = now + pacing.refused_delay(attempts, answer.retry_after, rand) if phase == RETRY else 0.0
-    return dataclasses.replace(
-        st, phase=phase, attempts=attempts, throttles=0, last=answer.outcome,
-        retry_at=retry_at, blocked_since=blocked_since,
-        pdb=answer.pdb or st.pdb, error=answer.detail[:300] if phase in (RETRY, REFUSED) else st.error)
-
-
 class EvictionBook:
     """The drain's memory between listings: one PodState per pod UID ever seen."""
 
     def __init__(self, ends: PhaseEnds, received_at: float, pdb_blocked: str, *,  # noqa: PLR0913 -- keyword-only, each with its default
                  evicted: frozenset[str] = frozenset(), deleted: frozenset[str] = frozenset(),
-                 reported: frozenset[str] = frozenset(), rules: Rules | None = None) -> None:
+                 reported: frozenset[str] = frozenset(), rules: Rules | None = None,
+                 rand: Callable[[], float] = lambda: 0.0) -> None:
         if pdb_blocked not in ("delete", "report"):
             raise ValueError(f"pdb_blocked must be delete or report, got {pdb_blocked!r}")
         self.ends = ends
@@ -189,6 +130,7 @@ class EvictionBook:
         self._gated_since: dict[str, float] = {}   # lane -> since when (MonoTime) its next pod has had no room
         self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
         self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
+        self.share = PdbShare(rand)   # rand in [0, 1): its draws, the wakes' jitter (passed in: deterministic)
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
@@ -199,7 +141,7 @@ class EvictionBook:
         the PDBs' status as watched now ("ns/name" -> status; None: not watched). The budget gate's bound runs on
         ``now.mono`` (without ``now``, its evictions never lapse)."""
         self._replan(pods, pdbs)
-        self.gate.update(budgets, None if now is None else now.mono)
+        self._update_gate(budgets, now)
         freed: set[str] = set()
         for uid, st in self.states.items():
             if uid not in self.plan.targets and st.phase not in (IN_FLIGHT, GONE):
@@ -220,6 +162,20 @@ class EvictionBook:
             elif seen.phase in (PENDING, RETRY) and t.terminating:
                 self.states[uid] = dataclasses.replace(seen, phase=ACCEPTED)
 
+    def _update_gate(self, budgets: dict[str, BudgetStatus] | None, now: Moment | None) -> None:
+        """The watched statuses to the gate. A PDB whose room grew (other drains' pods left, a
+        replacement turned Ready) wakes the pods it refused, after each book's own short jitter."""
+        before = {key: self.gate.room(key) for key in self.gate.statuses}
+        self.gate.update(budgets, None if now is None else now.mono)
+        if now is None:
+            return
+        self.share.saw(self.gate.statuses, now.mono)
+        grown = {key for key in self.gate.statuses
+                 if (room := self.gate.room(key)) is not None and room > 0 and room > (before.get(key) or 0)}
+        if grown:
+            lanes = {t.lane for t in self.plan.targets.values() if grown.intersection(t.pdbs)}
+            self._wake(lanes, now.mono + pacing.LANE_WAKE_S * self.share.rand())
+
     def _replan(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None) -> None:
         if pods is self._planned and self._plan_key is not None and pdbs_key(pdbs) == self._plan_key[1]:
             return   # the very list planned last turn (a watch's unchanged snapshot), same PDBs
@@ -230,6 +186,7 @@ class EvictionBook:
             self.plan, self._plan_key = drain_plan(pods, pdbs, self._covering, self.rules, self._judged), key
 
     def _wake(self, lanes: set[str], at: float) -> None:
+        self.share.wake(lanes, at)
         for uid, t in self.plan.targets.items():
             st = self.states.get(uid)
             if t.lane in lanes and st is not None and st.phase == RETRY and st.last == "blocked" and st.retry_at > at:
@@ -253,6 +210,7 @@ class EvictionBook:
                             lambda: draw)
         if answer.outcome == "throttled":
             self.throttled_until = max(self.throttled_until, new.retry_at)
+        self.share.answered(answer.outcome, st.op, {new.pdb, *t.pdbs} - {""})
         base = {"pod": t.key, "uid": uid, "pdb": new.pdb or t.pdb,
                 "since_received_ms": round((now.wall - self.received_at) * 1000)}
         if answer.outcome == "accepted":
@@ -285,10 +243,15 @@ class EvictionBook:
         return any(self.states[uid].phase not in DONE and self._held(uid, now, inputs)
                    for uid in self.plan.targets)
 
-    def next_due(self) -> float | None:
-        """The earliest moment (MonoTime) a retry falls due (or throttling ends), if any."""
-        due = min((st.retry_at for st in self.states.values() if st.phase == RETRY), default=None)
-        if due is not None and self.throttled_until > due:
+    def next_due(self, now: float) -> float | None:
+        """The earliest moment (MonoTime) after ``now`` that time alone may let the book send more.
+        Never one at or before it: what ``next_actions`` held back that is due already (no room, a
+        lane busy, no slot) waits for an event, not a drain loop polling with timeout 0."""
+        times = [st.retry_at for st in self.states.values() if st.phase == RETRY]
+        times += self.share.moments()
+        times += (since + STUCK_AFTER_S for since in self._gated_since.values())
+        due = min((x for x in times if x > now), default=None)
+        if self.throttled_until > now and (due is None or self.throttled_until > due):
             return self.throttled_until
         return due
 
@@ -300,10 +263,11 @@ class EvictionBook:
         flight, and no more than the server's answers allow (``limit``, AIMD)."""
         self.limit.cap(slots)
         emits = [Emit(event, data) for event, data in policy_events(self.plan, self._policy_said, inputs.held_until)]
+        self.share.tick(now.mono)
         if now.mono < self.throttled_until:
             return [], emits
         if self.past_evict_cutoff(now.wall, inputs):
-            picks = self._after_cutoff(now, emits)
+            picks = self._after_cutoff(now, inputs, emits)
         else:
             picks = self._by_the_book(now, inputs)
         # An extension, or the pod's own policy, holds it past the cutoff too.
@@ -324,10 +288,12 @@ class EvictionBook:
             return True
         return now < self.ends.checkpoint_by and (inputs.hold_all or uid in inputs.held)
 
-    def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs) -> tuple[str, str | None]:
-        """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a
-        time, never past a pod its PDB blocks (the next one would be blocked too), and none while
-        the watched budget has no room."""
+    def _lane_next(self, lane: Lane, now: Moment, inputs: Inputs,
+                   past_cutoff: bool = False) -> tuple[str, str | None]:
+        """(lane state, uid to send): state is done | stuck | busy; one eviction per lane at a time,
+        never past a pod its PDB blocks, none while the watched budget has no room, and only this
+        drain's share of the room (``pdb_share``). Past the cutoff checkpoint holds are lifted, and a
+        stuck lane whose budget status stood still is asked (``PdbShare.quiet``)."""
         waiting = False
         for uid in lane.uids:
             st = self.states[uid]
@@ -337,20 +303,27 @@ class EvictionBook:
                 return "busy", None
             if now.wall < self.targets[uid].hold_until:
                 continue   # its own policy keeps it: it holds up neither its lane nor the next tier
-            if self._held(uid, now.wall, inputs):
+            if (now.wall < inputs.held_until.get(uid, 0.0)) if past_cutoff else self._held(uid, now.wall, inputs):
                 waiting = True
                 continue
             stuck = (not waiting and st.last == "blocked" and st.blocked_since is not None
                      and now.mono - st.blocked_since >= STUCK_AFTER_S)
-            due = st.phase == PENDING or st.retry_at <= now.mono
+            due = (st.phase == PENDING or st.retry_at <= now.mono) and not self.share.waiting(lane.key, now.mono)
             t = self.targets[uid]
-            if due and self.gate.verdict(t.pdbs, t.pod) == CLOSED:
+            if self.gate.verdict(t.pdbs, t.pod) == CLOSED:   # (while it backs off too: no room all along)
                 since = self._gated_since.setdefault(lane.key, now.mono)
                 stuck = stuck or (not waiting and now.mono - since >= STUCK_AFTER_S)
-                return ("stuck" if stuck else "busy"), None
+                probe = due and past_cutoff and stuck and self.share.quiet(t.pdbs, now.mono)
+                return ("stuck" if stuck else "busy"), (uid if probe else None)
             self._gated_since.pop(lane.key, None)
+            if due and not self.share.send(lane.key, t.pdbs, self._room(t.pdbs), now.mono):
+                due = False
             return ("stuck" if stuck else "busy"), (uid if due else None)
         return ("busy" if waiting else "done"), None
+
+    def _room(self, pdbs: tuple[str, ...]) -> int | None:
+        rooms = [r for k in pdbs if (r := self.gate.room(k)) is not None]
+        return min(rooms) if rooms else None
 
     def _by_the_book(self, now: Moment, inputs: Inputs) -> list[tuple[str, str]]:
         picks: list[tuple[str, str]] = []
@@ -368,33 +341,60 @@ class EvictionBook:
                 settled = False
         return picks
 
-    def _after_cutoff(self, now: Moment, emits: list[Emit]) -> list[tuple[str, str]]:
+    def _after_cutoff(self, now: Moment, inputs: Inputs, emits: list[Emit]) -> list[tuple[str, str]]:
+        """The order is lifted -- tiers, checkpoint holds -- but not a PDB's pace under ``report``: a
+        refusal changes nothing there but costs the server about an accepted eviction (eviction.go
+        ``checkAndDecrement`` under ``EvictionsRetry``). Under ``delete`` all go at once: a PDB's
+        refusal is what turns a pod into a DELETE."""
         picks: list[tuple[str, str]] = []
-        for uid in self.plan.order():
-            st = self.states[uid]
-            if st.phase == PENDING:
-                picks.append((uid, "evict"))
-            elif st.phase != RETRY:
-                continue
-            elif st.last not in REPORT_AFTER:
-                if st.retry_at <= now.mono:
-                    picks.append((uid, st.op or "evict"))
-            elif self.pdb_blocked == "delete" and (st.last in DELETE_AFTER or st.op == "delete"):
-                # (op "delete": the PDB's refusal already decided it; a failed delete is retried)
-                if st.op != "delete" or st.retry_at <= now.mono:
-                    picks.append((uid, "delete"))
-            else:
-                if not st.reported:
-                    self.states[uid] = st = dataclasses.replace(st, reported=True)
-                    emits.append(self._blocked_event(uid, st, now))
-                if st.retry_at <= now.mono:
+        for lane in self.plan.lanes:
+            if self.pdb_blocked == "report" and lane.key.startswith("pdb:"):
+                state, uid = self._lane_next(lane, now, inputs, past_cutoff=True)
+                if uid is not None:
                     picks.append((uid, "evict"))
+                self._report_lane(lane, state == "stuck", now, emits)
+                continue
+            for uid in lane.uids:
+                pick = self._lifted(uid, now, emits)
+                if pick is not None:
+                    picks.append((uid, pick))
         return picks
 
-    def _blocked_event(self, uid: str, st: PodState, now: Moment) -> Emit:
+    def _lifted(self, uid: str, now: Moment, emits: list[Emit]) -> str | None:
+        """The op to send for a pod no lane holds back any more (None: nothing now)."""
+        st = self.states[uid]
+        if st.phase == PENDING:
+            return "evict"
+        if st.phase != RETRY:
+            return None
+        if st.last not in REPORT_AFTER:
+            return (st.op or "evict") if st.retry_at <= now.mono else None
+        if self.pdb_blocked == "delete" and (st.last in DELETE_AFTER or st.op == "delete"):
+            # (op "delete": the PDB's refusal already decided it; a failed delete is retried)
+            return "delete" if st.op != "delete" or st.retry_at <= now.mono else None
+        self._report(uid, now, emits)
+        return "evict" if st.retry_at <= now.mono else None
+
+    def _report_lane(self, lane: Lane, stuck: bool, now: Moment, emits: list[Emit]) -> None:
+        """A pod its PDB refused is reported once; every pod waiting behind it too when the lane is
+        stuck (the same budget holds them; they are not sent to hear it)."""
+        for uid in lane.uids:
+            st = self.states[uid]
+            if st.phase in DONE or st.phase == IN_FLIGHT or st.reported:
+                continue
+            if (st.phase == RETRY and st.last in REPORT_AFTER) or stuck:
+                self._report(uid, now, emits, self._gated_since.get(lane.key))
+
+    def _report(self, uid: str, now: Moment, emits: list[Emit], since: float | None = None) -> None:
+        st = self.states[uid]
+        if not st.reported:
+            self.states[uid] = st = dataclasses.replace(st, reported=True)
+            emits.append(self._blocked_event(uid, st, now, since))
+
+    def _blocked_event(self, uid: str, st: PodState, now: Moment, gated_since: float | None = None) -> Emit:
         t = self.targets[uid]
-        since = st.blocked_since if st.blocked_since is not None else now.mono
+        since = next((x for x in (st.blocked_since, gated_since) if x is not None), now.mono)
         return Emit("drain.eviction_blocked", {
             "pod": t.key, "uid": uid, "pdb": st.pdb or t.pdb, "attempts": st.attempts,
-            "blocked_for_ms": round((now.mono - since) * 1000), "error": st.error,
+            "blocked_for_ms": round((now.mono - since) * 1000), "error": st.error or "no room in the PDB's watched status (not sent)",
             "since_received_ms": round((now.wall - self.received_at) * 1000)})

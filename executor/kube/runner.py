@@ -44,9 +44,10 @@ from executor.kube.api import (
 from executor.kube.drain_io import DrainIO
 from executor.kube.drain_plan import ApiHealth, must_leave_under, next_turn
 from executor.kube.drain_spec import DrainSpec
-from executor.kube.eviction_book import Answer, Emit, EvictionBook, Inputs
+from executor.kube.eviction_book import Emit, EvictionBook, Inputs
 from executor.kube.node_listing import NodeListing, Sight
 from executor.kube.outage import LINGER_S, AroundTheServer, Stopped
+from executor.kube.pod_state import Answer
 from executor.kube.pod_view import namespaces_of
 from executor.scheduler import (
     Announce,
@@ -247,7 +248,7 @@ class DrainRunner(AroundTheServer):
         s = self.spec
         book = EvictionBook(s.ends, s.received_at, s.pdb_blocked, evicted=frozenset(s.memo.evicted),
                             deleted=frozenset(s.memo.deleted), reported=frozenset(self._memo.reported),
-                            rules=s.pod_rules)
+                            rules=s.pod_rules, rand=self._rand)
         io = self._io = DrainIO(api, rand=self._rand, mark=self._disruption_target, unmarked=self._unmarked)
         try:
             if self._stop.is_set():   # stopped before the selector could be woken
@@ -323,7 +324,7 @@ class DrainRunner(AroundTheServer):
                 io.send(a)
             if at.mono >= until:
                 return
-            due = book.next_due()
+            due = book.next_due(at.mono)
             wake = until if due is None else max(at.mono, min(until, due))
             if self._heard(book, io, max(0.0, wake - at.mono)):
                 # A change comes in a burst (a pod's deletion, its PDB's new status, the next pod's):

@@ -73,7 +73,7 @@ def test_the_two_clocks_cannot_be_mixed(tmp_path):
     mixed.write_text(
         "from common.clock import Moment, mono, wall\n"
         "from executor.drain import Drains\n"
-        "from executor.kube.eviction_book import Answer, PodState, transition\n\n\n"
+        "from executor.kube.pod_state import Answer, PodState, transition\n\n\n"
         "def f(d: Drains) -> None:\n"
         "    transition(PodState(), Answer('blocked'), wall())\n"
         "    d.turn(mono(), wall())\n"

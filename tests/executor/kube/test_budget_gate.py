@@ -5,7 +5,8 @@ from typing import Any
 
 from common.wire import PhaseEnds
 from executor.kube.budget_gate import CLOSED, FREE, OPEN, TAKEN_MAX_S, BudgetGate, PdbView, status_of
-from executor.kube.eviction_book import Answer, EvictionBook, Inputs
+from executor.kube.eviction_book import EvictionBook, Inputs
+from executor.kube.pod_state import Answer
 from executor.kube.pod_view import RELIST
 from tests.support.clocks import at
 

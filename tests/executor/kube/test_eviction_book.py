@@ -6,18 +6,9 @@ import dataclasses
 import pytest
 
 from common.wire import Budget, phase_ends
-from executor.kube.eviction_book import (
-    ACCEPTED,
-    GONE,
-    RETRY,
-    STUCK_AFTER_S,
-    Answer,
-    EvictionBook,
-    Inputs,
-    PodState,
-    transition,
-)
+from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook, Inputs
 from executor.kube.pacing import LANE_WAKE_S, REFUSED_MAX_S
+from executor.kube.pod_state import ACCEPTED, GONE, RETRY, Answer, PodState, transition
 from tests.executor.kube.podspecs import pdb, pod
 from tests.support.clocks import at
 
@@ -147,8 +138,13 @@ def test_the_verifiers_escalation_brings_the_cutoff_forward():
     assert send(b, T0 + 3, Inputs(escalated=True))[0][0].op == "delete"
 
 
-def test_after_the_cutoff_lanes_and_tiers_no_longer_wait():
-    b = book(WEB + [pod("dns", ns="kube-system", priority_class="system-node-critical")], WEB_PDB)
+def test_after_the_cutoff_tiers_no_longer_wait_but_a_pdb_keeps_its_pace():
+    """Under pdb_blocked=report the cutoff lifts the tiers, not the PDB's one eviction at a time
+    (a refusal there changes nothing but the server's load); under delete every pod goes at once."""
+    critical = [pod("dns", ns="kube-system", priority_class="system-node-critical")]
+    b = book(WEB + critical, WEB_PDB)
+    assert names(send(b, D.evict_at)[0]) == ["web-0", "dns"]
+    b = book(WEB + critical, WEB_PDB, pdb_blocked="delete")
     assert names(send(b, D.evict_at)[0]) == ["web-0", "web-1", "web-2", "dns"]
 
 
