@@ -346,3 +346,18 @@ def test_reset_restores_options_and_clears_faults(api: Client) -> None:
     assert api.server.faults() == [] and api.server.call("ping")["down"] is None
     assert {n["metadata"]["name"] for n in Client(api.server).ok("GET", "/api/v1/namespaces")["items"]} == {
         "default", "kube-system", "kube-public", "kube-node-lease"}
+
+
+# ----- lists -----
+def test_a_list_not_older_than_a_version_is_served_and_its_match_validated_as_the_server_does(api: Client) -> None:
+    """The agent confirms an empty node with resourceVersionMatch=NotOlderThan (executor/kube/api.py):
+    the server's ListOptions validation refuses the match without a version, with a continue token,
+    and Exact with "0" (422 Invalid)."""
+    api.server.app.seed([o.pod("a", "n1"), o.pod("b", "n2")])
+    rv = _rv(api)
+    doc = api.ok("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&resourceVersion={rv}&resourceVersionMatch=NotOlderThan")
+    assert [p["metadata"]["name"] for p in doc["items"]] == ["a"]
+    for query in ("resourceVersionMatch=NotOlderThan", "resourceVersion=0&resourceVersionMatch=Exact",
+                  f"resourceVersion={rv}&resourceVersionMatch=Soon"):
+        status, body = api.call("GET", f"/api/v1/pods?{query}")[:2]
+        assert status == 422 and body["reason"] == "Invalid" and "resourceVersionMatch" in body["message"], (query, body)

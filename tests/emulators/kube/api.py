@@ -226,6 +226,7 @@ class Api:
         accept = self._selectors(req, r)
         if req.query.get("watch") in ("1", "true"):
             return self._watch(req, r, accept)
+        self._check_version_match(req)
         items, rv = self._store.snapshot(r.rt, accept)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if req.query.get("continue"):
@@ -249,6 +250,23 @@ class Api:
                                                 req.query.get("includeObject", "")))
         return Reply(200, {"kind": f"{r.rt.kind}List", "apiVersion": api_version_of(r.rt, r.version),
                               "metadata": meta, "items": items})
+
+    @staticmethod
+    def _check_version_match(req: Request) -> None:
+        """A list's resourceVersionMatch as the server validates it (apimachinery's
+        ValidateListOptions): 422 unless a resourceVersion is given, or with a continue token, or
+        Exact with "0". The store is always current, so NotOlderThan any version it has is now."""
+        match = req.query.get("resourceVersionMatch", "")
+        if not match:
+            return
+        rv = req.query.get("resourceVersion", "")
+        why = ("resourceVersionMatch is forbidden unless resourceVersion is provided" if not rv else
+               "resourceVersionMatch is forbidden when continue is provided" if req.query.get("continue") else
+               "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"" if match == "Exact" and rv == "0" else
+               f"{match}: unsupported value" if match not in ("NotOlderThan", "Exact") else "")
+        if why:
+            raise errors.invalid("ListOptions", "meta.k8s.io", "", [{
+                "reason": "FieldValueForbidden", "field": "resourceVersionMatch", "message": f"Forbidden: {why}"}])
 
     def _watch(self, req: Request, r: Route, accept: Callable[[dict[str, Any]], bool]) -> WatchRequest:
         rv = req.query.get("resourceVersion", "")

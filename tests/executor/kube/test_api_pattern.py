@@ -34,6 +34,8 @@ def kind_of(e: dict[str, Any]) -> str:
     if path == "/api/v1/pods":
         if str(query.get("watch")) in ("1", "true"):
             return "pods.watch"
+        if query.get("resourceVersionMatch") == "NotOlderThan" and query.get("resourceVersion"):
+            return "pods.list.not_older_than"
         return "pods.list.cache" if str(query.get("resourceVersion")) == "0" else "pods.list.consistent"
     if "poddisruptionbudgets" in path:
         return "pdbs.watch" if str(query.get("watch")) in ("1", "true") else "pdbs"
@@ -65,11 +67,15 @@ def test_one_drain_of_30_pods_watches_reads_pdbs_per_namespace_and_stays_within_
     # The PDBs' status is watched, so no eviction is sent that the budget would refuse.
     assert [e["status"] for e in log if kind_of(e) == "eviction" and e["status"] != 201] == []
     assert counts.get("pdbs.watch", 0) == len(NAMESPACES)
-    # The pods are watched: one list from the watch cache, a watch, and one consistent read that
-    # confirms "empty" (at most once a second), never a consistent LIST per turn.
+    # The pods are watched: one list from the watch cache, a watch, and one list that confirms
+    # "empty" (at most once a second) from the watch cache as of the version the watch has reached
+    # -- never a consistent LIST, which on 1.20 reads every pod of the cluster from etcd.
     assert counts.get("pods.watch", 0) >= 1
     assert counts.get("pods.list.cache", 0) <= 2
-    assert 1 <= counts.get("pods.list.consistent", 0) <= 2
+    assert 1 <= counts.get("pods.list.not_older_than", 0) <= 2
+    assert counts.get("pods.list.consistent", 0) == 0
+    confirm = next(e for e in log if kind_of(e) == "pods.list.not_older_than")
+    assert "limit" not in confirm["query"]   # with a limit the cacher sends it to etcd
     # PDBs: only in the namespaces of the node's pods, paginated, never cluster-wide.
     pdb_paths = {e["path"] for e in log if kind_of(e) == "pdbs"}
     assert pdb_paths == {f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets" for ns in NAMESPACES}
