@@ -18,13 +18,13 @@ from typing import Any
 
 import zmq
 
-from common import ipc, journal, notice_state, progress, proven, state_file, verdict, wire
+from common import ipc, notice_state, progress, proven, state_file, verdict, wire
 from common.config import Config
 from common.log import Logger
 from common.notice import Notice, Rejected, parse_relay_payload
 from common.recorder import Recorder
 from common.runtime import EXIT_CONFIG, Rejections, SpoolLink, StopFlag, start
-from watcher import event_loop
+from watcher import event_loop, notice_file
 from watcher.ack_gate import AckGate
 from watcher.asyncio_import import asyncio  # first: asyncio without logging, traceback, concurrent.futures
 from watcher.boot import boot_id
@@ -33,7 +33,8 @@ from watcher.contract_store import TrustDirUnsafe
 from watcher.ed25519_check import SignatureCheck, check_here, in_child
 from watcher.inject import inject_dir, read_injected
 from watcher.metadata_loop import Round, poll_metadata
-from watcher.notice_book import NoticeBook, Outcome
+from watcher.notice_book import Outcome
+from watcher.notice_file import MAX_STATE, STATE_FILE
 from watcher.notice_report import Report, describe, say
 from watcher.providers import MetadataError, MetadataSource
 from watcher.relay import STATUS_EVENTS, run_relay
@@ -41,11 +42,6 @@ from watcher.tasks import supervised
 
 ANNOUNCE_EVERY_S = 1.0
 TICK_S = ANNOUNCE_EVERY_S   # idle wake-up; a change in the notices is announced at once
-STATE_FILE = "notice.json"
-# The book at its bounds (notice_book.MAX_ACTIVE notices, MAX_WITHDRAWN ids, every field at its
-# longest, ASCII) is about 1.3 MB (tests/watcher/test_notice_state_bounds.py -s); a larger book is not
-# saved (state.too_large: the last readable file is kept), so a restart can always read it.
-MAX_STATE = 4 << 20
 # A repeated error is logged (and sent to the spool) again only after this long;
 # every occurrence is still counted (common/recorder.py).
 REPEAT_REPORT_S = 60.0
@@ -61,7 +57,7 @@ class Watcher:
         self.state_path = os.path.join(config.paths.state_dir, STATE_FILE)
         self.state = state_file.Kept(self.state_path, os.path.join(rd, STATE_FILE), MAX_STATE, log)
         self.boot_id = boot_id()
-        self.book, booted_in, unreported = self._load_book()
+        self.book, booted_in, unreported = notice_file.load(self.state, config.node.name, self.boot_id, log)
         # Events made for a change of the book, saved with it and not yet journalled (``persist``):
         # a watcher killed between the save and the journal would otherwise lose them for good.
         self.unreported: list[dict[str, Any]] = []
@@ -96,24 +92,6 @@ class Watcher:
             self.book.dirty = True
             self.persist()
 
-    def _load_book(self) -> tuple[NoticeBook, str, list[dict[str, Any]]]:
-        """The persisted book, the boot it was written in ("" if unknown) and the events saved with it."""
-        node = self.config.node.name
-        # A corrupt state file must not stop the watcher: start empty, the
-        # channels will re-deliver a live notice within one poll.
-        doc = self.state.load()
-        if doc is None:
-            return NoticeBook(node=node, created_at=time.time()), self.boot_id, []
-        try:
-            book = NoticeBook.restore(node, doc)
-        except (ValueError, TypeError, AttributeError) as e:
-            self.log.error("state.corrupt", path=self.state_path, error=str(e)[:300])
-            return NoticeBook(node=node, created_at=time.time()), self.boot_id, []
-        events = saved_events(doc)
-        saved = doc.get("unreported") or []
-        if len(events) != (len(saved) if isinstance(saved, list) else 1):
-            self.log.error("state.unreported_malformed", path=self.state_path, kept=len(events))
-        return book, str(doc.get("boot_id", "")), events
 
     def retire_past(self, now: float) -> None:
         """Notices of an earlier boot whose deadline has passed are withdrawn (the executor undoes
@@ -405,11 +383,6 @@ async def run(config: Config, log: Logger, check: SignatureCheck = check_here) -
     return 1 if failed else 0
 
 
-def saved_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The events a state file holds beside its book (``Watcher.persist``); what is not one is left
-    out (the caller says so: the book itself is still good)."""
-    saved = doc.get("unreported") or []
-    return [ev for ev in saved if journal.is_event(ev)] if isinstance(saved, list) else []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,8 +49,10 @@ def test_add_key_b_then_remove_key_a_without_a_restart(tmp_path):
             # The operator adds B to the trust directory: serial 3 is judged again and accepted.
             s.trust_key("b")
             wait_for(lambda: serial_in_force() == 3, 30, "serial 3 (key B) in force after adding B")
-            accepted = [e for e in s.events_of("contract.accepted") if e["data"].get("serial") == 3]
-            assert accepted and accepted[0]["data"]["keyid"] == "b"
+            # In force is what the watcher announced; its event reaches the spool's sink a moment later.
+            accepted = wait_for(lambda: [e for e in s.events_of("contract.accepted") if e["data"].get("serial") == 3],
+                                15, "contract.accepted of serial 3")
+            assert accepted[0]["data"]["keyid"] == "b"
 
             # The operator retires A; serial 4, signed by A, is refused; B's serial 3 stays in force.
             os.unlink(os.path.join(tmp_path, "trust", "hall.pub"))

@@ -36,7 +36,9 @@ def test_drain_keeps_foreign_taints_skips_daemonsets_and_mirrors_and_reports_a_b
         evicted = sorted(e["data"]["pod"] for e in wait_for(
             at_least(2, lambda: s.events_of("drain.evicted", doc["id"])), 15, "two drain.evicted events"))
         assert evicted == ["default/app-1", "default/app-2"]
-        assert {n for _, n, _ in s.kube.evictions()} == {"app-1", "app-2", "db-0"}
+        # db-0's budget shows no room: past the cutoff it is reported, and sent only once the
+        # watched status has stood still (executor/kube/pdb_share.py), so it may or may not be asked.
+        assert {"app-1", "app-2"} <= {n for _, n, _ in s.kube.evictions()} <= {"app-1", "app-2", "db-0"}
         assert {"agent-a", "static-a", "db-0"} <= s.kube.pod_names(NODE)
         taints = s.node()["spec"]["taints"]
         assert taints == [FOREIGN, {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}]
