@@ -73,6 +73,14 @@ class Throttled(TooManyRequests):
 _BY_STATUS = {401: CredentialsRefused, 403: CredentialsRefused, 404: NotFound, 409: Conflict}
 
 
+def too_large_resource_version(doc: dict[str, Any]) -> bool:
+    """The server's own 504: a list "not older than" a version its watch cache has not reached in
+    3 s (apiserver/pkg/storage errors.go NewTooLargeResourceVersionError; the cause is missing in
+    some versions, the message is not). The server is up and answered: never an outage."""
+    return (any(c.get("reason") == "ResourceVersionTooLarge" for c in pacing.status_causes(doc))
+            or "Too large resource version" in str(doc.get("message", "")))
+
+
 class Unreachable(Exception):
     """No answer from the API server (refused, timeout, broken connection)."""
 
@@ -191,7 +199,7 @@ class KubeApi:
     def _error_for(status: int, doc: dict[str, Any], body: bytes, headers: dict[str, str],
                    what: str = "") -> Exception:
         """The exception for an error answer (``doc``: its Status, {} if it was not one)."""
-        if status in (502, 503, 504):
+        if status in (502, 503, 504) and not too_large_resource_version(doc):
             # A proxy or load balancer in front of a server that is down: no answer, not a refusal.
             return Unreachable(f"{what}: HTTP {status}")
         causes = tuple(str(c.get("message", ""))[:300] for c in pacing.status_causes(doc))

@@ -9,6 +9,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from .strategy import TERMINAL_PHASES, check_preconditions
 from .watch import WatchRequest, present
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
+TOO_LARGE_RV_WAIT_S = 3.0   # the watch cache's wait for a version it has not reached (cacher.go)
 
 
 @dataclass
@@ -227,6 +229,7 @@ class Api:
         if req.query.get("watch") in ("1", "true"):
             return self._watch(req, r, accept)
         self._check_version_match(req)
+        self._wait_until_fresh(req)
         items, rv = self._store.snapshot(r.rt, accept)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if req.query.get("continue"):
@@ -267,6 +270,23 @@ class Api:
         if why:
             raise errors.invalid("ListOptions", "meta.k8s.io", "", [{
                 "reason": "FieldValueForbidden", "field": "resourceVersionMatch", "message": f"Forbidden: {why}"}])
+
+    def _wait_until_fresh(self, req: Request) -> None:
+        """A list not older than a version the store has not reached: the server's watch cache
+        waits up to 3 s for it, then answers 504 Timeout "Too large resource version" with the
+        ResourceVersionTooLarge cause and Retry-After 1 (apiserver/pkg/storage errors.go
+        NewTooLargeResourceVersionError; cacher waitUntilFreshAndBlock)."""
+        rv = req.query.get("resourceVersion", "")
+        if req.query.get("resourceVersionMatch") != "NotOlderThan" or not rv.isdigit():
+            return
+        wanted, deadline = int(rv), time.monotonic() + TOO_LARGE_RV_WAIT_S
+        while self._store.resource_version < wanted:
+            if time.monotonic() >= deadline:
+                raise errors.ApiError(errors.status_body(
+                    504, f"Timeout: Too large resource version: {wanted}, current: {self._store.resource_version}",
+                    details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                             "retryAfterSeconds": 1}))
+            time.sleep(0.05)
 
     def _watch(self, req: Request, r: Route, accept: Callable[[dict[str, Any]], bool]) -> WatchRequest:
         rv = req.query.get("resourceVersion", "")

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from typing import Any
 
-from executor.kube.api import KubeApi
+from executor.kube.api import KubeApi, KubeError, Unreachable
 from tests.executor.kube.harness import NODE, Drain, make_spec
 from tests.support.wait import wait_for
 
@@ -155,3 +155,25 @@ def test_no_eviction_while_the_budget_is_0_and_one_soon_after_its_status_allows_
     wait_for(lambda: [n for _, n, _ in kube.evictions()][1:] == ["db-0"], 10, "one eviction after the status change")
     # It took the one disruption allowed: no second eviction (and so no refusal) follows.
     assert all(s == 201 for _, _, s in kube.evictions())
+
+
+def test_a_confirming_list_ahead_of_the_cache_is_the_servers_answer_not_an_outage(kube):
+    """A list "not older than" a version the server's watch cache has not reached is answered after
+    3 s with the server's own 504 Timeout "Too large resource version" (modelled by the emulator):
+    a failed list, retried next turn, never an API server counted down (which could lead the drain
+    to go around it)."""
+    kube.add_pod("app", NODE)
+    api = KubeApi(kube.url, NODE, timeout_s=10.0)
+    pods, rv = api.list_pods_at("0")
+    assert [p["metadata"]["name"] for p in pods] == ["app"]
+    assert [p["metadata"]["name"] for p in api.list_pods_at(rv, not_older_than=True)[0]] == ["app"]
+    try:
+        api.list_pods_at(str(int(rv) + 1000), not_older_than=True)
+    except Unreachable as e:
+        raise AssertionError(f"counted as an outage: {e}") from e
+    except KubeError as e:
+        assert e.status == 504 and "Too large resource version" in e.message
+    else:
+        raise AssertionError("a version the store has not reached was served")
+    finally:
+        api.close()

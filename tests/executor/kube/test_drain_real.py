@@ -180,3 +180,18 @@ def test_the_real_servers_discovery_names_the_eviction_version_the_agent_sends(k
     assert [v["version"] for v in group["versions"]] == ["v1beta1"]
     assert choose(listed, group).version == "v1beta1"
     assert node_api(kube, "node-a").eviction_support().version == "v1beta1"
+
+
+def test_the_real_server_confirms_from_its_cache_and_answers_a_version_it_lacks_with_its_own_504(kube):
+    """What the emulator models (tests/emulators/kube/api.py ``_wait_until_fresh``), on 1.20.2: a
+    list not older than the version a watch reached is served; one ahead of the cache waits 3 s and
+    is answered 504 "Too large resource version" -- a failed list to the drain, not an outage."""
+    api = node_api(kube, "node-a")
+    try:
+        _, rv = api.list_pods_at("0")
+        api.list_pods_at(rv, not_older_than=True)
+        with pytest.raises(KubeError) as failed:
+            api.list_pods_at(str(int(rv) + 100000), not_older_than=True)
+        assert failed.value.status == 504 and "Too large resource version" in failed.value.message
+    finally:
+        api.close()
