@@ -28,15 +28,17 @@ def load(state: state_file.Kept, node: str, boot_id: str, log: Logger) -> tuple[
     except (ValueError, TypeError, AttributeError) as e:
         log.error("state.corrupt", path=state.path, error=str(e)[:300])
         return NoticeBook(node=node, created_at=time.time()), boot_id, []
-    events = saved_events(doc)
-    saved = doc.get("unreported") or []
-    if len(events) != (len(saved) if isinstance(saved, list) else 1):
-        log.error("state.unreported_malformed", path=state.path, kept=len(events))
+    events, left_out = saved_events(doc)
+    if left_out:
+        log.error("state.unreported_malformed", path=state.path, kept=len(events), left_out=left_out)
     return book, str(doc.get("boot_id", "")), events
 
 
-def saved_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The events a state file holds beside its book (``Watcher.persist``); what is not one is left
-    out (the caller says so: the book itself is still good)."""
+def saved_events(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The events a state file holds beside its book (``Watcher.persist``), and how many entries
+    were not one (a value that is not a list counts as one): left out, the book is still good."""
     saved = doc.get("unreported") or []
-    return [ev for ev in saved if journal.is_event(ev)] if isinstance(saved, list) else []
+    if not isinstance(saved, list):
+        return [], 1
+    events = [ev for ev in saved if journal.is_event(ev)]
+    return events, len(saved) - len(events)
