@@ -21,6 +21,9 @@ def test_relay_notice_cordons_and_taints_and_spools_events(stack):
     """(a) A reclaim on the relay: node cordoned and tainted, every step in the spool file."""
     doc = stack.publish_notice(deadline_in=120)
     wait_for(stack.cordoned, 20, "node cordoned")
+    # The taint is its own PATCH under another identity (NodeRestriction refuses a node's own taint
+    # changes), so it may land a moment after the cordon: wait for it rather than read it at once.
+    wait_for(lambda: own_taint(stack.node()) is not None, 20, "node tainted")
     node = stack.node()
     assert own_taint(node) == {"key": "sco.io/notice", "value": "reclaim", "effect": "NoSchedule"}
     assert node["metadata"]["annotations"][A_NOTICE] == doc["id"]
