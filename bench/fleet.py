@@ -49,7 +49,7 @@ import psutil
 
 from bench.drain import REPO
 from bench.fleet_agents import AgentGroups, Hall
-from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, parallel
+from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, mean_turns, parallel
 from bench.fleet_ideal import IdealDrainer
 from bench.fleet_lease import RENEW_S, LeaseRenewers, summary
 from bench.fleet_peers import CentralDrainer, kubectl_drains
@@ -228,7 +228,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
     time.sleep(RENEW_S)   # every kubelet has renewed once (the first creates its Lease) before the notices
     cache.watch_nodes(nodes)
     requests0, throttled0, rejected0 = fleet.metrics()
-    plane_requests0 = plane.requests
+    plane_requests0, turns0 = plane.requests, plane.turns()
     groups = ideal = central = None
     if sc.drainer == "agents":   # spawned and imported before anyone's notice
         hall = Hall(fleet.server.url, str(fleet.server.ca_file), fleet.taint_token, fleet.tokens(n), sc.deadline_s)
@@ -298,6 +298,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
         "evictions_per_s": round(gone / window, 1) if window > 0 else None,
         "server_requests": int(server_requests), "http_429": int(throttled1 - throttled0), "apf_rejected": apf,
         "lease": summary(attempts, t0, ended), "cpu_s": cpu, "load": load_row,
+        "control_plane": mean_turns(turns0, plane.turns()),
         "completed": True,
     }
     if counts:   # the agents' own count, exact

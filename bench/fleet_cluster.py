@@ -34,6 +34,18 @@ DISRUPTION_WORKERS = 8
 WATCH_TIMEOUT_S = 600
 
 
+class Turns:
+    """A count and a sum of turn-around times in seconds (thread-safe enough: added under a lock)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total_s = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.n += 1
+        self.total_s += seconds
+
+
 class PodCache:
     """Every pod in the cluster, from one list + watch (thread-safe), and when each node went empty."""
 
@@ -50,6 +62,12 @@ class PodCache:
         # not found by scanning every pod in the cluster ten times a second.
         self.terminating: dict[str, Obj] = {}           # uid -> pod with a deletionTimestamp
         self.by_ns: dict[str, dict[str, Obj]] = {}      # namespace -> uid -> pod
+        # The control plane's turn-arounds, for the model (bench/fleet_model.py ``kubelet_s`` and
+        # ``controller_s``): when each terminating pod was first seen, and per namespace the oldest pod
+        # gone that no PDB status written since reflects.
+        self.terminating_since: dict[str, float] = {}   # uid -> monotonic time its deletionTimestamp was seen
+        self.gone_since: dict[str, float] = {}          # namespace -> monotonic time
+        self.kubelet_turns = Turns()
 
     def reset(self, items: list[Obj]) -> None:
         with self.lock:
@@ -70,6 +88,7 @@ class PodCache:
         self.by_ns.setdefault(md["namespace"], {})[uid] = pod
         if md.get("deletionTimestamp"):
             self.terminating[uid] = pod
+            self.terminating_since.setdefault(uid, time.monotonic())
         self.dirty.add(md["namespace"])
 
     def apply(self, event: Obj, now: float) -> None:
@@ -79,6 +98,11 @@ class PodCache:
                 self._put(pod)
             elif event["type"] == "DELETED" and self.pods.pop(pod["metadata"]["uid"], None) is not None:
                 self.terminating.pop(pod["metadata"]["uid"], None)
+                seen = self.terminating_since.pop(pod["metadata"]["uid"], None)
+                mono = time.monotonic()
+                if seen is not None:
+                    self.kubelet_turns.add(mono - seen)
+                self.gone_since.setdefault(pod["metadata"]["namespace"], mono)
                 self.by_ns.get(pod["metadata"]["namespace"], {}).pop(pod["metadata"]["uid"], None)
                 node = (pod.get("spec") or {}).get("nodeName") or ""
                 left = self.per_node[node] = self.per_node.get(node, 1) - 1
@@ -104,6 +128,11 @@ class PodCache:
         with self.lock:
             dirty, self.dirty = self.dirty, set()
             return list(self.terminating.values()), dirty
+
+    def take_gone_since(self, namespaces: Iterable[str]) -> dict[str, float]:
+        """For each of ``namespaces`` that lost a pod since its PDBs were last written, since when."""
+        with self.lock:
+            return {ns: t for ns in namespaces if (t := self.gone_since.pop(ns, None)) is not None}
 
     def in_namespaces(self, namespaces: Iterable[str]) -> dict[str, list[Obj]]:
         with self.lock:
@@ -239,6 +268,7 @@ class FleetControlPlane(FakeControlPlane):
         self._local = threading.local()
         self._finishing: set[str] = set()
         self.pdbs = PdbCache()
+        self.controller_turns = Turns()
         self._informers = (PodInformer(server, self.cache),
                            PodInformer(server, self.pdbs, "/apis/policy/v1beta1/poddisruptionbudgets"))
 
@@ -268,8 +298,13 @@ class FleetControlPlane(FakeControlPlane):
         # and the watch brings the new version, which dirties the namespace again.
         puts = [(pdb, status) for ns, pdbs in todo.items() for pdb in pdbs
                 if (status := pdb_status(pdb, by_ns.get(ns, []))) != pdb.get("status")]
+        gone_since = self.cache.take_gone_since({pdb["metadata"]["namespace"] for pdb, _ in puts})
         for future in [self._disruption_pool.submit(self._put_one, pdb, status) for pdb, status in puts]:
             future.result()
+        done = time.monotonic()
+        with self.cache.lock:
+            for since in gone_since.values():
+                self.controller_turns.add(done - since)
 
     def _client(self) -> KubeClient:
         client = getattr(self._local, "client", None)
@@ -290,6 +325,13 @@ class FleetControlPlane(FakeControlPlane):
             self._finishing.add(uid)
             self.requests += 1
         self._finish(self._client(), pod)
+
+
+def mean_turns(before: tuple[float, float, float, float],
+               after: tuple[float, float, float, float]) -> dict[str, float | None]:
+    """The control plane's mean turn-arounds between two ``ControlPlaneProcess.turns`` readings."""
+    kn, ks, cn, cs = (b - a for a, b in zip(before, after, strict=True))
+    return {"kubelet_s": round(ks / kn, 3) if kn else None, "controller_s": round(cs / cn, 3) if cn else None}
 
 
 def parallel(fn: Callable[[KubeClient, Any], object], items: Iterable[Any], workers: int,
@@ -317,6 +359,8 @@ class ControlPlaneProcess:
         self._stop = ctx.Event()
         self._requests = ctx.Value("q", 0)
         self._errors = ctx.Value("q", 0)
+        # (kubelet n, kubelet s, controller n, controller s): the turn-arounds so far (``turns``).
+        self._turns = ctx.Array("d", 4)
         self._proc = ctx.Process(target=self._run, args=(server,), name="fleet-control-plane", daemon=True)
 
     @property
@@ -331,6 +375,14 @@ class ControlPlaneProcess:
     def errors(self) -> int:
         return int(self._errors.value)
 
+    def turns(self) -> tuple[float, float, float, float]:
+        """(kubelet turns, their seconds, controller turns, their seconds) since the start: the
+        kubelet's from a pod's deletionTimestamp seen to its DELETED seen, the disruption
+        controller's from a pod gone to its PDBs' status written. ``mean_turns`` of two readings
+        gives a scenario's."""
+        a = self._turns
+        return a[0], a[1], a[2], a[3]
+
     def _run(self, server: RealApiServer) -> None:
         # A real control plane has machines of its own; on this one it must not queue behind the
         # drainers' hundreds of threads (or the bench measures the kubelets' starvation).
@@ -340,6 +392,8 @@ class ControlPlaneProcess:
             while not self._stop.wait(0.2):
                 self._requests.value = plane.requests
                 self._errors.value = len(plane.errors)
+                k, c = plane.cache.kubelet_turns, plane.controller_turns
+                self._turns[:] = [k.n, k.total_s, c.n, c.total_s]
         finally:
             plane.stop()
 

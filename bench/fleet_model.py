@@ -640,14 +640,19 @@ def compare(row: dict[str, Any], costs: Costs) -> dict[str, Any]:
                 horizon_s=row["ran_s"], shared_client_core=drainer == "agents",
                 max_inflight=IDEAL_SENDERS if drainer == "ideal" else 0, setup=drainer != "ideal",
                 aimd=drainer != "ideal")
+    # The fake kubelets' and disruption controller's turn-arounds as this row measured them (they share
+    # the bench's core with the drainers, so they slow down with the load), where the row has them.
+    plane = row.get("control_plane") or {}
     res = simulate(hall, replace(costs, core_share=server_share, client_core_share=client_share,
-                                 agent_cpu_per_pod=row.get("agent_cpu_s_per_pod") or costs.agent_cpu_per_pod))
+                                 agent_cpu_per_pod=row.get("agent_cpu_s_per_pod") or costs.agent_cpu_per_pod,
+                                 kubelet_s=plane.get("kubelet_s") or costs.kubelet_s,
+                                 controller_s=plane.get("controller_s") or costs.controller_s))
     pairs = {"evictions_per_s": (row["evictions_per_s"], res.evictions_per_s),
              "pods_out_by_deadline_share": (row["pods_out_by_deadline_share"], round(res.pods_out_by_deadline_share, 4)),
              "time_to_drain_all_s": (row["time_to_drain_all_s"], res.time_to_drain_all_s),
              "lease_p99_ms": ((row.get("lease") or {}).get("p99_ms"), res.lease_p99_ms)}
     out: dict[str, Any] = {"label": row["label"], "nodes": row["nodes"], "server_core": round(server_share, 2),
-                           "client_core": round(client_share, 2)}
+                           "client_core": round(client_share, 2), "control_plane": plane or None}
     for k, (m, p) in pairs.items():
         err = None if m in (None, 0) or p is None else round(abs(p - m) / m, 3)
         out[k] = {"measured": m, "model": p, "error": err}

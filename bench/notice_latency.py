@@ -15,7 +15,7 @@ a SUB on ``watcher.pub`` -- exactly what the executor receives -- from:
 Relay notices are cancelled after each sample so the state stays small, as in
 production. Both stamps are ``time.time()`` in this process (the SUB runs in a
 thread here). Prints a table, the watcher's memory, and ends with one JSON
-line. Goal: relay p99 <= 20 ms. The watcher's runtime directory (where it
+line. Goals: relay p99 <= 20 ms; relay -> cordoned p99 <= 50 ms. The watcher's runtime directory (where it
 persists the notice before announcing it) is on tmpfs, as ``/run`` is in
 production; ``--base /some/disk/dir`` measures it on a disk instead.
 """
@@ -44,6 +44,7 @@ NODE, HALL = "node-a", "h1"
 SUBJECT = f"sco.notice.{HALL}.{NODE}"
 WARMUP = 3
 RELAY_GOAL_P99_MS = 20.0
+CORDON_GOAL_P99_MS = 50.0   # issue 27, point 5: relay -> node cordoned on one quiet node
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -149,12 +150,21 @@ def bench_gcp(rig: WatcherRig, emu: Any, n: int) -> list[float]:
     return out[WARMUP:]
 
 
+QUIET_READ_S = 0.2   # past the cordon's p99 on a quiet node; a slower cordon is still timed exactly
+
+
 def bench_cordon(base: Path, n: int) -> list[float]:
     """Relay publish -> node cordoned on the API-server emulator, through the whole agent under supervisord.
 
     The moment of the cordon is the emulator's own record of the successful PATCH (request start plus
     its duration, on the same wall clock), so no polling error is added. Between notices the notice is
     cancelled and the agent's own uncordon awaited, so every notice cordons a schedulable node.
+
+    One notice on a quiet node: the bench does not ask the emulator for its record until
+    ``QUIET_READ_S`` after the publish (asking is an HTTP request the emulator answers on the 2 cores
+    the agent's path runs on), and the next notice goes once the agent has finished the last one's
+    withdrawal (the uncordon and its ``drain.uncordoned`` event) and a random 0.2-0.5 s more, so it
+    does not land on that work, nor in step with the watcher's once-a-second re-announcement.
     """
     from tests.support.stack import Stack
 
@@ -173,11 +183,14 @@ def bench_cordon(base: Path, n: int) -> list[float]:
                         return e["time"] + e.get("duration", 0.0)
                 return None
 
+            time.sleep(QUIET_READ_S)
             done_at = wait_for(cordon_done, 20, "cordon PATCH")
             out.append((done_at - t0) * 1000)
             cancel = dict(doc, kind="cancel")
             stack.nats.publish(f"sco.notice.{HALL}.{NODE}", json.dumps(cancel).encode())
             wait_for(lambda: not stack.cordoned(), 20, "the agent's own uncordon")
+            stack.wait_event("drain.uncordoned", doc["id"])
+            time.sleep(random.uniform(0.2, 0.5))
     return out
 
 
@@ -200,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 with WatcherRig(base / "aws", relay=[nats.url], provider="aws", url=emu.url, node=NODE,
                                 hall=HALL, interval_s=args.interval) as rig:
                     wait_for(lambda: rig.sub.counters().get("relay.connected"), 10, "relay connected")
-                    results["relay"] = summary(bench_relay(rig, nats, args.relay_n))
+                    if args.relay_n:
+                        results["relay"] = summary(bench_relay(rig, nats, args.relay_n))
                     if args.aws_n:
                         results["metadata_aws_poll"] = summary(bench_aws(rig, emu, args.aws_n, args.interval))
                     assert rig.proc is not None
@@ -214,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cordon_n:
             results["relay_to_cordoned"] = summary(bench_cordon(base, args.cordon_n))
     results["relay_goal_p99_ms"] = RELAY_GOAL_P99_MS
-    results["relay_goal_met"] = results["relay"]["p99_ms"] <= RELAY_GOAL_P99_MS
+    if "relay" in results:
+        results["relay_goal_met"] = results["relay"]["p99_ms"] <= RELAY_GOAL_P99_MS
+    results["relay_to_cordoned_goal_p99_ms"] = CORDON_GOAL_P99_MS
+    if "relay_to_cordoned" in results:
+        results["relay_to_cordoned_goal_met"] = results["relay_to_cordoned"]["p99_ms"] <= CORDON_GOAL_P99_MS
     print(f"{'channel':24} {'n':>4} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9} {'max ms':>9}")
     for name in ("relay", "metadata_aws_poll", "metadata_gcp_longpoll", "relay_to_cordoned"):
         if name in results:

@@ -32,12 +32,14 @@ def _patch_with_retry(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[
 
 
 def _patch_and_read(api: KubeApi, make_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
-                    taints: bool = False) -> tuple[bool, dict[str, Any]]:
+                    taints: bool = False, first: dict[str, Any] | None = None) -> tuple[bool, dict[str, Any]]:
     """``_patch_with_retry``, and the Node as it is afterwards (the PATCH's answer, or the node read
-    when there was nothing to patch): the next step's input without another GET."""
+    when there was nothing to patch): the next step's input without another GET. ``first``: the Node
+    as the last write answered it, tried before any GET (its resourceVersion is in the patch, so a
+    Node changed since is a 409, and the retry reads it)."""
     patch_node = api.patch_node_taints if taints else api.patch_node
     for _ in range(CONFLICT_RETRIES):
-        node = api.get_node()
+        node, first = (first, None) if first is not None else (api.get_node(), None)
         patch = make_patch(node)
         if patch is None:
             return False, node
@@ -79,9 +81,10 @@ def cordon_and_taint(api: KubeApi, taint_key: str, kind: str, notice_id: str, de
     the drain.cordoned event."""
     patched, node = _patch_and_read(api, lambda node: cordon_patch(node, taint_key, kind, notice_id, deadline,
                                                                    with_taint=False))
-    done: dict[str, Any] = set_scheduled(api, kind, notice_id, source, deadline, clock, node=node)
+    done, node = _set_scheduled(api, kind, notice_id, source, deadline, clock=clock, node=node)
     try:
-        tainted = _patch_with_retry(api, lambda node: taint_patch(node, taint_key, kind), taints=True)
+        # From the Node the last write answered: no GET between the cordon and the taint.
+        tainted = _patch_and_read(api, lambda node: taint_patch(node, taint_key, kind), taints=True, first=node)[0]
         done.update(patched=patched or tainted or done["condition_patched"], tainted=True)
     except KubeError as e:
         if not taint_refused(e):
@@ -95,17 +98,24 @@ def set_scheduled(api: KubeApi, kind: str, notice_id: str, source: str, deadline
     """``NoticeScheduled`` True naming this notice, on ``nodes/status`` as the node identity
     (executor.kube.conditions). A write is made only when the condition says something else.
     ``node``: the Node just read or patched (None: read it)."""
+    return _set_scheduled(api, kind, notice_id, source, deadline, clock=clock, node=node)[0]
+
+
+def _set_scheduled(api: KubeApi, kind: str, notice_id: str, source: str, deadline: str,  # noqa: PLR0913 -- as set_scheduled
+                   *, clock: Callable[[], float], node: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``set_scheduled``, and the Node as it is afterwards (the status PATCH's answer, or the Node
+    it started from when nothing was written)."""
     current = api.get_node() if node is None else node
     patch = conditions.scheduled_patch(current, kind, notice_id, source, deadline, clock())
     if patch is None:
-        return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": False}
+        return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": False}, current
     try:
-        api.patch_node_status(api.node, patch)
+        after = api.patch_node_status(api.node, patch)
     except KubeError as e:
         if not refused(e):
             raise
-        return {"condition": "", "condition_patched": False, "condition_refused": e.message[:300]}
-    return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": True}
+        return {"condition": "", "condition_patched": False, "condition_refused": e.message[:300]}, current
+    return {"condition": conditions.NOTICE_SCHEDULED, "condition_patched": True}, after
 
 
 def withdraw_scheduled(api: KubeApi, notice_id: str, clock: Callable[[], float] = time.time) -> dict[str, Any]:

@@ -155,3 +155,14 @@ def test_the_agents_window_halves_on_apf_rejections_so_an_overloaded_level_rejec
     assert fixed.rejected > 0
     assert adaptive.rejected < fixed.rejected / 2
     assert adaptive.pods_out_by_deadline >= 0.8 * fixed.pods_out_by_deadline   # and no less goes out
+
+
+def test_a_row_replays_with_the_control_plane_turn_arounds_it_measured():
+    """The fake kubelets and disruption controller share the bench's core with the drainers: a row
+    that measured them slow is replayed with them slow (each PDB's room comes back later)."""
+    costs = Costs(eviction=0.002, pod_gone=0.002, request=0.001, lease=0.001)
+    row = _row(300, 1.3, 12, 5.0)
+    quick = compare(row, costs)
+    slow = compare(dict(row, control_plane={"kubelet_s": 1.5, "controller_s": 1.5}), costs)
+    assert slow["control_plane"] == {"kubelet_s": 1.5, "controller_s": 1.5} and quick["control_plane"] is None
+    assert slow["evictions_per_s"]["model"] < quick["evictions_per_s"]["model"]

@@ -83,6 +83,8 @@ def test_one_drain_of_30_pods_watches_reads_pdbs_per_namespace_and_stays_within_
     others = [k for k in kinds if k != "eviction"]
     assert len(others) <= NON_EVICTION_BOUND, counts
     assert counts.get("other GET /api/v1", 0) == 1, counts   # discovery once per drain, not per thread
+    # One GET of the Node: the condition's and the taint's patches start from the last write's answer.
+    assert counts.get("node.get", 0) == 1 and counts.get("node.patch", 0) == 3, counts
 
 
 def test_an_apf_429_waits_its_retry_after_with_backoff_and_is_not_a_pdb_refusal(kube, drains):
