@@ -41,7 +41,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +203,32 @@ class LoadMeter:
         own = sum(sum(psutil.Process(p).cpu_times()[:2]) for p in self._pids)
         return {"t": time.monotonic(), "server_cores_busy": busy, "server_own": own, "load1": os.getloadavg()[0]}
 
+    def window(self, seconds: float) -> Callable[[], dict[str, float | None]]:
+        """Each core group's busy share over the next ``seconds`` (the deadline's window, where the
+        goodput is counted): sampled by a thread at its start and end; the returned call gives it once
+        that end has come (None before). Says which core was full while the pods had to go out."""
+        cores = self._cores
+        got: dict[str, float | None] = {"server_cores_busy": None, "other_cores_busy": None}
+
+        def busy() -> tuple[float, float, float]:
+            per = psutil.cpu_times(percpu=True)
+            on = [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in per]
+            return time.monotonic(), sum(on[c] for c in cores if c < len(on)), \
+                sum(b for c, b in enumerate(on) if c not in cores)
+
+        start = busy()
+        others = max(1, (psutil.cpu_count() or 1) - len(cores))
+
+        def sample() -> None:
+            time.sleep(seconds)
+            t, server, other = busy()
+            wall = t - start[0]
+            got.update(server_cores_busy=round((server - start[1]) / wall / max(1, len(cores)), 3),
+                       other_cores_busy=round((other - start[2]) / wall / others, 3))
+
+        threading.Thread(target=sample, name="window-meter", daemon=True).start()
+        return lambda: dict(got)
+
     @staticmethod
     def since(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
         wall = after["t"] - before["t"]
@@ -242,6 +270,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
     cpu_before, load_before, lease_cpu0 = meter.sample(), load.sample(), sum(lease_proc.cpu_times()[:2])
     t0 = time.time()
     stop_at = t0 + sc.cap_s
+    in_window = load.window(sc.deadline_s)
     if groups is not None:
         groups.start(t0)
     elif ideal is not None:
@@ -299,6 +328,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
         "server_requests": int(server_requests), "http_429": int(throttled1 - throttled0), "apf_rejected": apf,
         "lease": summary(attempts, t0, ended), "cpu_s": cpu, "load": load_row,
         "control_plane": mean_turns(turns0, plane.turns()),
+        "deadline_window_busy": in_window(),
         "completed": True,
     }
     if counts:   # the agents' own count, exact

@@ -110,6 +110,7 @@ def line(row: dict[str, Any]) -> str:
     done = row["time_to_drain_all_s"]
     cpu, load, lease = row.get("cpu_s", {}), row.get("load", {}), row.get("lease") or {}
     plane = row.get("control_plane") or {}
+    window = row.get("deadline_window_busy") or {}
     cordon = f"  notice->cordon p99 {row['notice_to_cordon_p99_ms']} ms" if "notice_to_cordon_p99_ms" in row else ""
     return (f"{row['label']:>18}: {row['nodes']} nodes (x{row['factor']})  on time {row['share_on_time'] * 100:5.1f} %  "
             f"out by deadline {row['pods_out_by_deadline_share'] * 100:5.1f} %  p99 {row['p99_s']} s  "
@@ -118,6 +119,8 @@ def line(row: dict[str, Any]) -> str:
             f"agent CPU s/pod {row.get('agent_cpu_s_per_pod')}{cordon}  "
             f"lease p99 {lease.get('p99_ms')} ms failures {lease.get('failures')} max gap {lease.get('max_gap_s')} s  "
             f"control plane turns: kubelet {plane.get('kubelet_s')} s, PDB status {plane.get('controller_s')} s  "
+            f"busy in the deadline's window: server core {window.get('server_cores_busy')}, "
+            f"other core {window.get('other_cores_busy')}  "
             f"CPU s: apiserver {cpu.get('kube-apiserver')} etcd {cpu.get('etcd')} plane {cpu.get('control_plane')} "
             f"drainer processes {cpu.get('drainer_processes')} in bench {cpu.get('drainers_in_bench')}  "
             f"load: 1m {load.get('loadavg_1m_start')}->{load.get('loadavg_1m_end')}, server core "
