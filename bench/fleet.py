@@ -339,6 +339,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
                    refusals={"http_429": refused, "apf": apf_agents, "pdb": max(0, refused - apf_agents)},
                    agent_cpu_s=agent_cpu, agent_cpu_s_per_pod=round(agent_cpu / gone, 4) if gone and agent_cpu else None,
                    agent_threads_cpu_s=by_role,
+                   agent_requests_by_kind=dict(sorted(groups.by_kind.items(), key=lambda kv: -kv[1])) if groups else {},
                    notice_to_cordon_p99_ms=percentile([1000 * (cordoned.get(x, float("inf")) - t0) for x in nodes], 0.99),
                    notice_to_cordon_p50_ms=percentile([1000 * (cordoned.get(x, float("inf")) - t0) for x in nodes], 0.5),
                    cordoned=len(cordoned))

@@ -11,10 +11,12 @@ role. The workers are spawned, not forked: the bench process has threads of its 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 import psutil
 
@@ -25,6 +27,7 @@ from executor.kube.drain_spec import DrainSpec
 from executor.kube.runner import DrainRunner
 
 SPREAD_S = 1.0   # the contract's default first_write_spread_ms
+KINDS_LOCK = threading.Lock()
 READY_TIMEOUT_S = 120.0
 
 
@@ -39,15 +42,43 @@ class Hall:
     deadline_s: float
 
 
-def make_api(hall: Hall, node: str, statuses: list[int], cordoned: dict[str, float]) -> Callable[[], KubeApi]:
+def request_kind(method: str, path: str, status: int) -> str:
+    """What a request of the drain was, for the row's per-kind count: its kind, and its status
+    when that was not a success (0: no answer)."""
+    base, _, query = path.partition("?")
+    q = dict(parse_qsl(query))
+    watch = q.get("watch") in ("1", "true")
+    if base.endswith("/eviction"):
+        kind = "eviction"
+    elif "poddisruptionbudgets" in base:
+        kind = "pdbs.watch" if watch else "pdbs.list"
+    elif base == "/api/v1/pods":
+        kind = ("pods.watch" if watch else "pods.list.not_older_than" if q.get("resourceVersionMatch")
+                else "pods.list.cache" if q.get("resourceVersion") == "0" else "pods.list.consistent")
+    elif base.startswith("/api/v1/nodes/"):
+        kind = f"node.{method.lower()}" + (".status" if base.endswith("/status") else "")
+    elif "/pods/" in base:
+        kind = f"pod.{method.lower()}" + (".status" if base.endswith("/status") else "")
+    else:
+        kind = f"{method} {base}"
+    return kind if 200 <= status < 300 else f"{kind} -> {status}"
+
+
+def make_api(hall: Hall, node: str, statuses: list[int], cordoned: dict[str, float],
+             kinds: dict[str, int] | None = None) -> Callable[[], KubeApi]:
     """The node's agent's client factory; every answer's status goes to ``statuses`` (0: none),
     and the wall time of the first accepted PATCH of the Node object (the cordon: node_steps.cordon
-    sends it first, as the node identity) to ``cordoned[node]``."""
+    sends it first, as the node identity) to ``cordoned[node]``; ``kinds`` counts them by
+    ``request_kind`` (the worker's drains share it, under its lock)."""
     tls = tls_context(TlsFiles(ca_file=hall.ca_file))
     node_path = f"/api/v1/nodes/{node}"
 
     def count(method: str, path: str, status: int) -> None:
         statuses.append(status)   # list.append is atomic: the agent's threads share it
+        if kinds is not None:
+            kind = request_kind(method, path, status)
+            with KINDS_LOCK:
+                kinds[kind] = kinds.get(kind, 0) + 1
         if method == "PATCH" and 200 <= status < 300 and node not in cordoned and path.split("?", maxsplit=1)[0] == node_path:
             cordoned[node] = time.time()
 
@@ -60,8 +91,8 @@ def make_api(hall: Hall, node: str, statuses: list[int], cordoned: dict[str, flo
     return make
 
 
-def start_runners(hall: Hall, nodes: list[str], t0: float,
-                  cordoned: dict[str, float]) -> tuple[list[DrainRunner], dict[str, list[int]]]:
+def start_runners(hall: Hall, nodes: list[str], t0: float, cordoned: dict[str, float],
+                  kinds: dict[str, int] | None = None) -> tuple[list[DrainRunner], dict[str, list[int]]]:
     counts: dict[str, list[int]] = {node: [] for node in nodes}
     runners = []
     d = hall.deadline_s
@@ -71,7 +102,7 @@ def start_runners(hall: Hall, nodes: list[str], t0: float,
                          ends=phase_ends(t0, t0 + d, Budget(int(d), 0, int(d) - 10, 10)),
                          taint_key="sco.io/notice", cordon_only=False, pdb_blocked="report", exclude_from_lb=False,
                          down_after_s=10.0, write_spread_s=SPREAD_S)
-        runners.append(DrainRunner(spec, make_api(hall, node, counts[node], cordoned), lambda r: None))
+        runners.append(DrainRunner(spec, make_api(hall, node, counts[node], cordoned, kinds), lambda r: None))
     for r in runners:   # every notice lands within the same second
         r.start()
     return runners, counts
@@ -86,7 +117,8 @@ def _worker(hall: Hall, nodes: list[str], ready: Any, go: Any, t0: Any, stop: An
     me = psutil.Process()
     cpu0 = me.cpu_times()
     cordoned: dict[str, float] = {}
-    runners, counts = start_runners(hall, nodes, t0.value, cordoned)
+    kinds: dict[str, int] = {}
+    runners, counts = start_runners(hall, nodes, t0.value, cordoned, kinds)
     while not stop.wait(0.2) and any(r.alive for r in runners):
         pass
     cpu1 = me.cpu_times()   # the drains' CPU, from the notice to the last drain's end (psutil)
@@ -94,7 +126,9 @@ def _worker(hall: Hall, nodes: list[str], ready: Any, go: Any, t0: Any, stop: An
         r.stop()
     with done.get_lock():
         done.value += 1
-    results.put((counts, roles.stop(), dict(cordoned), cpu1.user + cpu1.system - cpu0.user - cpu0.system))
+    with KINDS_LOCK:
+        by_kind = dict(kinds)
+    results.put((counts, roles.stop(), dict(cordoned), cpu1.user + cpu1.system - cpu0.user - cpu0.system, by_kind))
 
 
 class AgentGroups:
@@ -106,6 +140,7 @@ class AgentGroups:
         self._t0 = ctx.Value("d", 0.0)
         self._done = ctx.Value("i", 0)
         self._results = ctx.Queue()
+        self.by_kind: dict[str, int] = {}   # every agent's requests by kind (``request_kind``), once stopped
         self._procs = [ctx.Process(target=_worker, name=f"fleet-agents-{i}", daemon=True,
                                    args=(hall, nodes[i::self._n], self._ready, self._go, self._t0, self._stop,
                                          self._done, self._results))
@@ -129,14 +164,17 @@ class AgentGroups:
 
     def stop(self) -> tuple[dict[str, list[int]], dict[str, float], dict[str, float], float]:
         """Stop every agent; (statuses per node, CPU seconds by thread role, cordon wall time per
-        node, the workers' CPU seconds from the notice to the drains' end) of all workers."""
+        node, the workers' CPU seconds from the notice to the drains' end) of all workers; their
+        requests by kind in ``by_kind``."""
         self._stop.set()
         counts: dict[str, list[int]] = {}
         roles: dict[str, float] = {}
         cordoned: dict[str, float] = {}
         cpu = 0.0
         for _ in self._procs:
-            got, by_role, cordons, cpu_s = self._results.get(timeout=120)
+            got, by_role, cordons, cpu_s, kinds = self._results.get(timeout=120)
+            for kind, n in kinds.items():
+                self.by_kind[kind] = self.by_kind.get(kind, 0) + n
             counts.update(got)
             cordoned.update(cordons)
             cpu += cpu_s

@@ -610,7 +610,9 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
         xs.append((float(r["pods_out"]), others))
         ys.append(cpu["kube-apiserver"] + cpu["etcd"])
         if r["drainer"] == "agents":
-            extra.append(max(0.0, r["requests_per_pod"] - 1.0 - base.agent_setup / PODS))
+            # The agents' requests beyond one eviction per pod: some per node (cordon, condition, taint,
+            # discovery, the lists and watches), some per pod (relists, confirmations, retries).
+            extra.append((float(r["nodes"]), float(r["pods_out"]), (r["requests_per_pod"] - 1.0) * r["pods_out"]))
     saa = sum(a * a for a, _ in xs)
     sab = sum(a * b for a, b in xs)
     sbb = sum(b * b for _, b in xs)
@@ -621,10 +623,32 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
     if per_req <= 0:          # the rows cannot tell the two apart: every request's cost in the pod's
         per_pod, per_req = say / saa, base.request * 0.1
     agent_cpu = sorted(r["agent_cpu_s_per_pod"] for r in used if r.get("agent_cpu_s_per_pod"))
+    setup, per_pod_extra = per_node_and_per_pod(extra) if extra else (float(base.agent_setup), base.agent_extra_per_pod)
     return replace(base, eviction=round(per_pod / 2, 5), pod_gone=round(per_pod / 2, 5), request=round(per_req, 5),
-                   lease=round(per_req, 5), core_share=1.0,
-                   agent_extra_per_pod=round(sorted(extra)[len(extra) // 2], 3) if extra else base.agent_extra_per_pod,
+                   lease=round(per_req, 5), core_share=1.0, agent_setup=max(1, round(setup)),
+                   agent_extra_per_pod=round(per_pod_extra, 3),
                    agent_cpu_per_pod=round(agent_cpu[len(agent_cpu) // 2], 4) if agent_cpu else 0.0)
+
+
+def per_node_and_per_pod(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(requests per node, requests per pod) from (nodes, pods out, requests beyond one eviction per
+    pod) by least squares, neither below 0: a hall of many nodes with few pods out pays the nodes'
+    part whatever its pods do, which a per-pod median alone would smear over the few pods."""
+    saa = sum(a * a for a, _, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    say = sum(a * y for a, _, y in rows)
+    sby = sum(b * y for _, b, y in rows)
+    det = saa * sbb - sab * sab
+    if abs(det) > 1e-9:
+        node, pod = (say * sbb - sby * sab) / det, (sby * saa - say * sab) / det
+        if node >= 0 and pod >= 0:
+            return node, pod
+    # One of them would be negative: the other alone, fitted through the origin.
+    node_only, pod_only = say / saa if saa else 0.0, sby / sbb if sbb else 0.0
+    err_node = sum((y - node_only * a) ** 2 for a, _, y in rows)
+    err_pod = sum((y - pod_only * b) ** 2 for _, b, y in rows)
+    return (node_only, 0.0) if err_node <= err_pod else (0.0, pod_only)
 
 
 def compare(row: dict[str, Any], costs: Costs) -> dict[str, Any]:
@@ -637,7 +661,9 @@ def compare(row: dict[str, Any], costs: Costs) -> dict[str, Any]:
     server_share, client_share = available(row)
     hall = Hall(row["nodes"], row["deadline_s"], "agents" if drainer in ("agents", "ideal") else "central",
                 qps=50.0 if drainer == "central50" else 5.0, burst=100 if drainer == "central50" else 10,
-                horizon_s=row["ran_s"], shared_client_core=drainer == "agents",
+                # As long as the row could run (its cap), not as long as it took: a model slower than
+                # the row must still be seen finishing, or its rate is cut off at the row's end.
+                horizon_s=max(row["ran_s"], row.get("cap_s") or 0.0), shared_client_core=drainer == "agents",
                 max_inflight=IDEAL_SENDERS if drainer == "ideal" else 0, setup=drainer != "ideal",
                 aimd=drainer != "ideal")
     # The fake kubelets' and disruption controller's turn-arounds as this row measured them (they share
