@@ -195,11 +195,16 @@ class LoadMeter:
     what the run's own processes on it used (other sessions on a shared box)."""
 
     def __init__(self, server_cpus: set[int], server_pids: list[int]) -> None:
-        self._cores, self._pids = sorted(server_cpus), server_pids
+        self._cores, self._pids = frozenset(server_cpus), server_pids
+
+    def _busy(self) -> tuple[float, float]:
+        """Busy CPU seconds so far of the server's cores, and of the others."""
+        on = [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in psutil.cpu_times(percpu=True)]
+        return (sum(b for c, b in enumerate(on) if c in self._cores),
+                sum(b for c, b in enumerate(on) if c not in self._cores))
 
     def sample(self) -> dict[str, float]:
-        per = psutil.cpu_times(percpu=True)
-        busy = sum(sum(per[c]) - per[c].idle - getattr(per[c], "iowait", 0.0) for c in self._cores if c < len(per))
+        busy = self._busy()[0]
         own = sum(sum(psutil.Process(p).cpu_times()[:2]) for p in self._pids)
         return {"t": time.monotonic(), "server_cores_busy": busy, "server_own": own, "load1": os.getloadavg()[0]}
 
@@ -207,24 +212,17 @@ class LoadMeter:
         """Each core group's busy share over the next ``seconds`` (the deadline's window, where the
         goodput is counted): sampled by a thread at its start and end; the returned call gives it once
         that end has come (None before). Says which core was full while the pods had to go out."""
-        cores = self._cores
+        cores = len(self._cores)
         got: dict[str, float | None] = {"server_cores_busy": None, "other_cores_busy": None}
-
-        def busy() -> tuple[float, float, float]:
-            per = psutil.cpu_times(percpu=True)
-            on = [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in per]
-            return time.monotonic(), sum(on[c] for c in cores if c < len(on)), \
-                sum(b for c, b in enumerate(on) if c not in cores)
-
-        start = busy()
-        others = max(1, (psutil.cpu_count() or 1) - len(cores))
+        t0, (server0, other0) = time.monotonic(), self._busy()
+        others = max(1, (psutil.cpu_count() or 1) - cores)
 
         def sample() -> None:
             time.sleep(seconds)
-            t, server, other = busy()
-            wall = t - start[0]
-            got.update(server_cores_busy=round((server - start[1]) / wall / max(1, len(cores)), 3),
-                       other_cores_busy=round((other - start[2]) / wall / others, 3))
+            server, other = self._busy()
+            wall = time.monotonic() - t0
+            got.update(server_cores_busy=round((server - server0) / wall / max(1, cores), 3),
+                       other_cores_busy=round((other - other0) / wall / others, 3))
 
         threading.Thread(target=sample, name="window-meter", daemon=True).start()
         return lambda: dict(got)

@@ -597,8 +597,8 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
     ``per_pod x pods out + per_request x (every other request: the drainer's beyond one eviction
     per pod, and the lease renewals)``, fitted by least squares over the rows (``per_pod`` split
     evenly between the eviction and what follows it: the kubelet's DELETE, the PDB status write,
-    the watch events); the agents' extra requests per pod and their own CPU per pod are medians of
-    the rows. ``core_share`` 1: a whole core for the server (``compare`` puts each row's own in)."""
+    the watch events); the agents' requests beyond their evictions per node and per pod by least
+    squares too (``per_node_and_per_pod``), their own CPU per pod the rows' median. ``core_share`` 1: a whole core for the server (``compare`` puts each row's own in)."""
     used = [r for r in rows if not r.get("error") and r.get("pods_out") and r.get("requests_per_pod") is not None
             and r.get("drainer") != "kubectl"]     # kubectl's request count is the server's, background included
     if not used:
@@ -613,15 +613,12 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
             # The agents' requests beyond one eviction per pod: some per node (cordon, condition, taint,
             # discovery, the lists and watches), some per pod (relists, confirmations, retries).
             extra.append((float(r["nodes"]), float(r["pods_out"]), (r["requests_per_pod"] - 1.0) * r["pods_out"]))
-    saa = sum(a * a for a, _ in xs)
-    sab = sum(a * b for a, b in xs)
-    sbb = sum(b * b for _, b in xs)
-    say = sum(a * y for (a, _), y in zip(xs, ys, strict=True))
-    sby = sum(b * y for (_, b), y in zip(xs, ys, strict=True))
-    det = saa * sbb - sab * sab
-    per_pod, per_req = (say / saa, 0.0) if abs(det) < 1e-12 else ((say * sbb - sby * sab) / det, (sby * saa - say * sab) / det)
-    if per_req <= 0:          # the rows cannot tell the two apart: every request's cost in the pod's
-        per_pod, per_req = say / saa, base.request * 0.1
+    fit = least_squares([(a, b, y) for (a, b), y in zip(xs, ys, strict=True)])
+    if fit is None or fit[1] <= 0:   # the rows cannot tell the two apart: every request's cost in the pod's
+        per_pod = sum(a * y for (a, _), y in zip(xs, ys, strict=True)) / sum(a * a for a, _ in xs)
+        per_req = base.request * 0.1
+    else:
+        per_pod, per_req = fit
     agent_cpu = sorted(r["agent_cpu_s_per_pod"] for r in used if r.get("agent_cpu_s_per_pod"))
     setup, per_pod_extra = per_node_and_per_pod(extra) if extra else (float(base.agent_setup), base.agent_extra_per_pod)
     return replace(base, eviction=round(per_pod / 2, 5), pod_gone=round(per_pod / 2, 5), request=round(per_req, 5),
@@ -630,22 +627,32 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
                    agent_cpu_per_pod=round(agent_cpu[len(agent_cpu) // 2], 4) if agent_cpu else 0.0)
 
 
-def per_node_and_per_pod(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """(requests per node, requests per pod) from (nodes, pods out, requests beyond one eviction per
-    pod) by least squares, neither below 0: a hall of many nodes with few pods out pays the nodes'
-    part whatever its pods do, which a per-pod median alone would smear over the few pods."""
+def least_squares(rows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """(p, q) minimising the squared error of ``y = p x a + q x b`` over (a, b, y) rows; None when
+    the rows cannot tell a from b."""
     saa = sum(a * a for a, _, _ in rows)
     sab = sum(a * b for a, b, _ in rows)
     sbb = sum(b * b for _, b, _ in rows)
     say = sum(a * y for a, _, y in rows)
     sby = sum(b * y for _, b, y in rows)
     det = saa * sbb - sab * sab
-    if abs(det) > 1e-9:
-        node, pod = (say * sbb - sby * sab) / det, (sby * saa - say * sab) / det
-        if node >= 0 and pod >= 0:
-            return node, pod
+    if abs(det) < 1e-12:
+        return None
+    return (say * sbb - sby * sab) / det, (sby * saa - say * sab) / det
+
+
+def per_node_and_per_pod(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(requests per node, requests per pod) from (nodes, pods out, requests beyond one eviction per
+    pod) by least squares, neither below 0: a hall of many nodes with few pods out pays the nodes'
+    part whatever its pods do, which a per-pod median alone would smear over the few pods."""
+    fit = least_squares(rows)
+    if fit is not None and fit[0] >= 0 and fit[1] >= 0:
+        return fit
     # One of them would be negative: the other alone, fitted through the origin.
-    node_only, pod_only = say / saa if saa else 0.0, sby / sbb if sbb else 0.0
+    saa = sum(a * a for a, _, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    node_only = sum(a * y for a, _, y in rows) / saa if saa else 0.0
+    pod_only = sum(b * y for _, b, y in rows) / sbb if sbb else 0.0
     err_node = sum((y - node_only * a) ** 2 for a, _, y in rows)
     err_pod = sum((y - pod_only * b) ** 2 for _, b, y in rows)
     return (node_only, 0.0) if err_node <= err_pod else (0.0, pod_only)

@@ -186,7 +186,8 @@ def etcd_pod_lists(admin: KubeClient) -> float:
     """How many LISTs of pods this kube-apiserver has sent to etcd: its own
     ``etcd_request_duration_seconds_count{operation="list"}`` for the pod list type (1.20's etcd3 store
     records each list it reads from etcd under ``*[]core.Pod``; the watch cache's answers are not
-    etcd requests)."""
+    etcd requests). Read line by line: tests/support/promtext is strict for our own exposition and
+    refuses the server's (its summaries' samples have no declared family)."""
     text = admin.request("GET", "/metrics").text
     total = 0.0
     for line in text.splitlines():
