@@ -239,7 +239,7 @@ class LoadMeter:
 
 def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, meter: CpuMeter,
                  load: LoadMeter, sc: Scenario, capacity: float | None, agent_processes: int,
-                 ideal_per_pdb: int | None = None, pdb_watch: bool = True) -> dict[str, Any]:
+                 ideal_per_pdb: int | None = None) -> dict[str, Any]:
     """One scenario: fill its nodes, start the leases, start every drain within the same second, run
     until every node is empty, the drainer ended, or the cap; then clean up for the next."""
     n = sc.nodes
@@ -257,8 +257,7 @@ def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, mete
     plane_requests0, turns0 = plane.requests, plane.turns()
     groups = ideal = central = None
     if sc.drainer == "agents":   # spawned and imported before anyone's notice
-        hall = Hall(fleet.server.url, str(fleet.server.ca_file), fleet.taint_token, fleet.tokens(n), sc.deadline_s,
-                    pdb_watch=pdb_watch)
+        hall = Hall(fleet.server.url, str(fleet.server.ca_file), fleet.taint_token, fleet.tokens(n), sc.deadline_s)
         groups = AgentGroups(hall, nodes, agent_processes).prepare()
     elif sc.drainer == "ideal":
         assert fleet.server.admin is not None
@@ -387,8 +386,6 @@ def main(argv: list[str] | None = None) -> int:
                              "5 at once cost the server twice the CPU per pod, measured)")
     parser.add_argument("--max-nodes", type=int, default=1000, help="no scenario larger (its factor is then lower)")
     parser.add_argument("--agent-processes", type=int, default=4)
-    parser.add_argument("--agents-without-pdb-watch", action="store_true",
-                        help="a trial: the agents list PDBs once and never watch them (paced by refusals)")
     parser.add_argument("--server-cpus", default="0", help="the cores of kube-apiserver and etcd (taskset list)")
     parser.add_argument("--other-cpus", default="1", help="the cores of everything else")
     parser.add_argument("--no-pin", action="store_true", help="no taskset (every process on every core)")
@@ -437,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                         asked.append(sc)
                     try:
                         row = run_scenario(fleet, cache, plane, meter, load, sc, capacity, args.agent_processes,
-                                           args.ideal_per_pdb or None, pdb_watch=not args.agents_without_pdb_watch)
+                                           args.ideal_per_pdb or None)
                     except Exception as e:  # noqa: BLE001 -- whatever broke a scenario, the run goes on and the exit status says it
                         row = {"label": sc.label, "drainer": sc.drainer, "nodes": sc.nodes,
                                "error": f"{type(e).__name__}: {e}"[:500]}

@@ -40,7 +40,6 @@ class Hall:
     taint_token: str
     tokens: dict[str, str]   # node -> its node identity's token
     deadline_s: float
-    pdb_watch: bool = True   # False: a trial -- PDBs listed once, never watched (see ``unwatched_pdbs``)
 
 
 def request_kind(method: str, path: str, status: int) -> str:
@@ -52,7 +51,7 @@ def request_kind(method: str, path: str, status: int) -> str:
     if base.endswith("/eviction"):
         kind = "eviction"
     elif "poddisruptionbudgets" in base:
-        kind = "pdbs.watch" if watch else "pdbs.list"
+        kind = "pdbs.watch" if watch else "pdbs.get" if not base.endswith("/poddisruptionbudgets") else "pdbs.list"
     elif base == "/api/v1/pods":
         kind = ("pods.watch" if watch else "pods.list.not_older_than" if q.get("resourceVersionMatch")
                 else "pods.list.cache" if q.get("resourceVersion") == "0" else "pods.list.consistent")
@@ -109,33 +108,9 @@ def start_runners(hall: Hall, nodes: list[str], t0: float, cordoned: dict[str, f
     return runners, counts
 
 
-class _ListedOnce:
-    """In place of a namespace's PDB watch: the list the drain planned by, and no status ever live."""
-
-    def read(self, _fn: Callable[[Any], Any]) -> None:
-        return None
-
-
-def unwatched_pdbs() -> None:
-    """A trial for bench.fleet's ``--agents-without-pdb-watch``: each drain lists its namespaces'
-    PDBs once (to plan by them) and never watches them, so its pace is the server's refusals
-    alone -- what the drain does where its identity may list PDBs but not watch them. Patched into
-    this worker process only; the product is unchanged."""
-    from executor.kube import node_listing
-
-    def read_pdbs(self: Any, namespaces: Any, now: float) -> None:
-        for ns in sorted(namespaces):
-            self._last_pdbs[ns] = self._api.list_pdbs_at(ns)[0]
-            self.pdb_watchers[ns] = _ListedOnce()
-
-    node_listing.NodeListing._read_pdbs = read_pdbs  # type: ignore[method-assign]
-
-
 def _worker(hall: Hall, nodes: list[str], ready: Any, go: Any, t0: Any, stop: Any, done: Any, results: Any) -> None:
     from bench.fleet_report import ThreadRoles
 
-    if not hall.pdb_watch:
-        unwatched_pdbs()
     ready.release()
     go.wait()
     roles = ThreadRoles().start()

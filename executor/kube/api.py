@@ -286,6 +286,13 @@ class KubeApi:
         return watch_at(f"/apis/policy/{version}/namespaces/{quote(namespace)}/poddisruptionbudgets?watch=1",
                         resource_version, timeout_s)
 
+    def get_pdb(self, namespace: str, name: str) -> dict[str, Any]:
+        """One PodDisruptionBudget, a consistent read (no resourceVersion: 1.20's cacher ``Get``
+        reads the one key from etcd). Raises NotFound when it is gone."""
+        version = self.eviction_support().version or "v1"
+        return self._call("GET", f"/apis/policy/{version}/namespaces/{quote(namespace)}"
+                                 f"/poddisruptionbudgets/{quote(name)}")
+
     def list_pdbs(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         """The PodDisruptionBudgets of these namespaces only (those of the node's pods), 100 a page.
         KubeError 403 when the identity may not read them: the plan then guesses from pod owners."""

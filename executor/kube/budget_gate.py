@@ -11,30 +11,34 @@ rewrites the status from the pods it sees: a pod that is terminating is dropped 
 a replacement is Ready elsewhere (or, with no controller scale, the pod is gone).
 
 A refusal is a wasted request, and under a hall reclaim every agent's refusals land on one
-server. So the drain watches the PDBs' status (``PdbView``, fed by a list + watch per namespace)
-and asks ``BudgetGate`` before each eviction:
+server. So the drain follows the PDBs' status (``PdbView``: a list per namespace, then a watch,
+or, where the server cuts the watch short, a consistent GET of each PDB it waits on,
+``node_listing`` / ``pdb_poll``) and asks ``BudgetGate`` before each eviction:
 
 - ``OPEN``: every PDB selecting the pod has room in this drain's view of it;
 - ``FREE``: no PDB is consulted (the pod is Pending / Succeeded / Failed, or it is not Ready
   while its one PDB has ``currentHealthy >= desiredHealthy > 0``: eviction.go deletes those
   without decrementing), or nothing is known (no PDB, no status: the server decides);
-- ``CLOSED``: some PDB has no room: do not send; the watch wakes the drain when it changes.
+- ``CLOSED``: some PDB has no room: do not send; the watch (or the next read) wakes the drain
+  when it changes.
 
 Room = the server's ``disruptionsAllowed`` less this drain's accepted evictions the status does
-not yet account for (``took``). The watch may lag the server by tens of seconds under load, and a
-lagging status still shows the room the eviction took, so an accepted eviction stays counted until
-the watched status has caught up with it -- not until a timer runs out:
+not yet account for (``took``). A status from before the eviction's write (a watch lagging the
+server by tens of seconds under load, a read sent before it) still shows the room the eviction
+took, so an accepted eviction stays counted until a status the drain saw has caught up with it --
+not until a timer runs out:
 
-- any version of the status the watch delivered lists the pod in ``disruptedPods``
+- any version of the status the drain saw (watched or read) lists the pod in ``disruptedPods``
   (``PdbView.accounted``): eviction.go's own write does, and every later write either still lists
   it or, the pod terminating, counts it unhealthy (the controller drops a terminating pod from
   ``disruptedPods`` and never counts it healthy again), so versions after it account for it too;
-- or the view was filled by a list sent after the eviction was accepted (``listed_at``, the
-  monotonic time the list was sent): the list is a consistent read, so it shows the eviction's
-  write or what followed it (this covers a relist that skipped the version listing the pod);
+- or the status came from a consistent read (a list, or a GET, without resourceVersion) sent after
+  the eviction was accepted (``read_at``, the monotonic time it was sent; a watched version
+  keeps its list's): it shows the eviction's write or what followed it (this covers a relist or
+  a read that skipped the version listing the pod);
 - or ``TAKEN_MAX_S`` passed on the monotonic clock since it was accepted: the bound for a PDB whose
-  watched status never moves (a stuck watch). It is the controller's own ``DeletionTimeout`` (2
-  min), after which the server itself forgets an eviction it never saw carried out; past it the
+  status never catches up (a stuck watch, reads that keep failing). It is the controller's own ``DeletionTimeout``
+  (2 min), after which the server itself forgets an eviction it never saw carried out; past it the
   server's answer decides alone, as it always may -- a refusal still backs off.
 """
 from __future__ import annotations
@@ -46,7 +50,7 @@ from executor.kube.pod_view import apply_event
 
 OPEN, FREE, CLOSED = "open", "free", "closed"
 # pkg/controller/disruption DeletionTimeout: how long the server keeps an eviction in disruptedPods
-# without seeing the pod terminate. A bound only: the watch catching up confirms far sooner.
+# without seeing the pod terminate. A bound only: a read catching up confirms far sooner.
 TAKEN_MAX_S = 120.0
 _IGNORE_PDB_PHASES = ("Pending", "Succeeded", "Failed")   # eviction.go: canIgnorePDB
 
@@ -62,7 +66,7 @@ class BudgetStatus:
     current_healthy: int
     desired_healthy: int
     accounted: frozenset[str] = frozenset()   # pods any seen version listed in disruptedPods
-    listed_at: float = float("-inf")          # monotonic time the list behind this view was sent
+    read_at: float = float("-inf")            # monotonic time the consistent read behind it was sent
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -70,7 +74,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset(),
-              listed_at: float = float("-inf")) -> BudgetStatus:
+              read_at: float = float("-inf")) -> BudgetStatus:
     # A field of the wrong shape reads as absent (no room known), never as an exception in the drain.
     md, st = _dict(pdb.get("metadata")), _dict(pdb.get("status"))
     generation = _int(md.get("generation")) or 1
@@ -79,7 +83,7 @@ def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset(),
                         current_healthy=_int(st.get("currentHealthy")),
                         desired_healthy=_int(st.get("desiredHealthy")),
                         accounted=accounted | frozenset(_dict(st.get("disruptedPods"))),
-                        listed_at=listed_at)
+                        read_at=read_at)
 
 
 def _key(pdb: dict[str, Any]) -> str:
@@ -89,45 +93,71 @@ def _key(pdb: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class PdbView:
-    """One namespace's PDBs as a list + watch keeps them (the ``watch.View`` protocol)."""
+    """One namespace's PDBs: listed once, then read one by one (``pdb_poll``) while the drain waits
+    on them. Every version seen adds to ``accounted``; ``read_at`` keeps, per PDB, when the latest
+    consistent read behind its status was sent (monotonic: the list's, or a later GET's)."""
 
     pdbs: dict[str, dict[str, Any]] = field(default_factory=dict)    # by "ns/name"
     accounted: dict[str, frozenset[str]] = field(default_factory=dict)
-    resource_version: str = ""
-    listed_at: float = float("-inf")   # set by its watch (drain_io): when the list behind it was sent
+    read_at: dict[str, float] = field(default_factory=dict)
 
     _statuses: dict[str, BudgetStatus] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def reset(self, items: list[dict[str, Any]], resource_version: str) -> None:
-        # A relist may skip status versions; the list is newer than they are (``listed_at``).
+    def reset(self, items: list[dict[str, Any]], listed_at: float) -> None:
+        """The namespace's PDBs as a consistent list sent at ``listed_at`` shows them."""
         self._statuses = None
         self.pdbs = {_key(p): p for p in items}
         self.accounted = {k: status_of(p).accounted for k, p in self.pdbs.items()}
-        self.resource_version = resource_version
+        self.read_at = dict.fromkeys(self.pdbs, listed_at)
 
-    def apply(self, event: dict[str, Any]) -> str:
-        return apply_event(self, event, self._put, self._drop)
-
-    def _put(self, obj: dict[str, Any]) -> None:
+    def saw(self, pdb: dict[str, Any], read_at: float | None) -> None:
+        """One PDB as a consistent GET sent at ``read_at`` returned it (None: a newer version a
+        watch delivered, its read time that of the list it follows). An answer to a read sent
+        before the one the view holds only adds what it accounts for."""
         self._statuses = None
-        key = _key(obj)
-        self.pdbs[key] = obj
-        self.accounted[key] = status_of(obj, self.accounted.get(key, frozenset())).accounted
+        key = _key(pdb)
+        self.accounted[key] = status_of(pdb, self.accounted.get(key, frozenset())).accounted
+        if read_at is None:
+            self.pdbs[key] = pdb
+            self.read_at.setdefault(key, float("-inf"))
+        elif read_at >= self.read_at.get(key, float("-inf")):
+            self.pdbs[key], self.read_at[key] = pdb, read_at
 
-    def _drop(self, obj: dict[str, Any]) -> None:
+    def drop(self, key: str) -> None:
+        """The PDB ("ns/name") is gone."""
         self._statuses = None
-        self.pdbs.pop(_key(obj), None)
-        self.accounted.pop(_key(obj), None)
+        self.pdbs.pop(key, None)
+        self.accounted.pop(key, None)
+        self.read_at.pop(key, None)
 
     def items(self) -> list[dict[str, Any]]:
         return list(self.pdbs.values())
 
     def statuses(self) -> dict[str, BudgetStatus]:
         """Each PDB's status as seen now (computed again only after a change: read every turn)."""
-        if self._statuses is None or any(st.listed_at != self.listed_at for st in self._statuses.values()):
-            self._statuses = {k: status_of(p, self.accounted.get(k, frozenset()), self.listed_at)
+        if self._statuses is None:
+            self._statuses = {k: status_of(p, self.accounted.get(k, frozenset()),
+                                           self.read_at.get(k, float("-inf")))
                               for k, p in self.pdbs.items()}
         return self._statuses
+
+
+@dataclass(slots=True)
+class PdbWatchView:
+    """One namespace's PDBs as a list + watch keeps them (the ``watch.View`` protocol), in a
+    ``PdbView``: the list's statuses read at ``listed_at``, each event a newer version."""
+
+    pdbs: PdbView = field(default_factory=PdbView)
+    resource_version: str = ""
+    listed_at: float = float("-inf")   # set by its watch (drain_io) before ``reset``: when the list was sent
+
+    def reset(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        self.pdbs.reset(items, self.listed_at)
+        self.resource_version = resource_version
+
+    def apply(self, event: dict[str, Any]) -> str:
+        return apply_event(self, event, lambda obj: self.pdbs.saw(obj, None),
+                           lambda obj: self.pdbs.drop(_key(obj)))
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -140,14 +170,14 @@ def _name(pod: dict[str, Any]) -> str:
 
 
 def _caught_up(seen: BudgetStatus | None, pod: str, accepted_at: float | None) -> bool:
-    """Does this watched status account for the pod's accepted eviction?"""
+    """Does this status, as read, account for the pod's accepted eviction?"""
     if seen is None:
         return False
-    return pod in seen.accounted or (accepted_at is not None and seen.listed_at > accepted_at)
+    return pod in seen.accounted or (accepted_at is not None and seen.read_at > accepted_at)
 
 
 class BudgetGate:
-    """The drain's view of its PDBs' room: the watched statuses plus its own unconfirmed evictions."""
+    """The drain's view of its PDBs' room: the statuses read plus its own unconfirmed evictions."""
 
     def __init__(self) -> None:
         self.statuses: dict[str, BudgetStatus] = {}
@@ -155,7 +185,7 @@ class BudgetGate:
         self.taken: dict[str, dict[str, float | None]] = {}
 
     def update(self, statuses: dict[str, BudgetStatus] | None, now: float | None) -> None:
-        """The statuses as watched now (None: not watched, e.g. the watch is failing: the server
+        """The statuses as read now (None: none known, e.g. reads failing: the server
         decides alone); drops the evictions they have caught up with, and those accepted
         TAKEN_MAX_S ago or more (``now``: the monotonic clock; None: none lapses)."""
         self.statuses = dict(statuses or {})
@@ -196,7 +226,7 @@ class BudgetGate:
 
     def took(self, pdbs: tuple[str, ...], pod: dict[str, Any], now: float | None) -> None:
         """The server accepted the pod's eviction (``now``: the monotonic clock when the drain
-        heard it): count it against its PDB until the watched status has caught up with it."""
+        heard it): count it against its PDB until a status read has caught up with it."""
         if self._free(pdbs, pod):
             return
         name = _name(pod)

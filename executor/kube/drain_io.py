@@ -43,6 +43,7 @@ from executor.kube.watch import Listed, V, Watch
 
 WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
 WATCH_QUIET_S = WATCH_TIMEOUT_S + 15.0   # no byte for this long: the watch is cut and resumed
+CUT_SHORT_S = 0.9 * WATCH_TIMEOUT_S      # a watch the server ends sooner was cut short (``Watch.cut_short``)
 RELIST_MIN_S = 1.0        # never list more often than this
 RETRY_S = 1.0             # a watch the server cut at once waits this before the next
 IDLE_MAX = 8              # kept-alive eviction connections kept for the next ones
@@ -104,6 +105,12 @@ class DrainIO:
         self.watches.append(watch)
         self._service(watch, self._clock())
         return watch
+
+    def drop(self, watch: Watch[Any]) -> None:
+        """Stop serving ``watch``: its connection closed, never listed or opened again."""
+        self._close_watch(watch)
+        if watch in self.watches:
+            self.watches.remove(watch)
 
     def in_flight(self) -> int:
         return len(self._flights)
@@ -279,8 +286,8 @@ class DrainIO:
     # -- watches -------------------------------------------------------------------------------
     def _fill(self, w: Watch[Any], listed: Listed, listed_at: float) -> None:
         view = w.new_view(self.api)
+        view.listed_at = listed_at   # before the reset: a view may file its items under it
         view.reset(*listed)
-        view.listed_at = listed_at
         w.view, w.failure = view, None
         self._changed = True
 
@@ -394,6 +401,8 @@ class DrainIO:
             raise KubeError(0, "WatchRefused", f"GET {w.path}: {feed.refused}")
         if conn.eof or feed.complete:   # the server ended the watch: resume from here
             self._close_watch(w)
+            if now - w.opened_at < CUT_SHORT_S:   # e.g. 1.20's watch cache closing a slow watcher
+                w.cut_short += 1
             w.next_at = now + (RETRY_S if now - w.opened_at < RELIST_MIN_S else 0.0)
         else:
             self._sel.modify(conn.fd, conn.interest(), None)

@@ -131,6 +131,7 @@ class EvictionBook:
         self.rules = rules                         # each pod's own policy (common.pod_policy); None: all move
         self._policy_said: set[str] = set()        # uids whose policy (or loss) has been announced
         self.share = PdbShare(rand)   # rand in [0, 1): its draws, the wakes' jitter (passed in: deterministic)
+        self.left_under: set[str] = set()   # PDBs ("ns/name") a pod of the node left since ``take_left_under``
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, pods: list[dict[str, Any]], pdbs: list[dict[str, Any]] | None,
@@ -147,6 +148,7 @@ class EvictionBook:
             if uid not in self.plan.targets and st.phase not in (IN_FLIGHT, GONE):
                 if uid in self.targets:
                     freed.add(self.targets[uid].lane)
+                    self.left_under.update(self.targets[uid].pdbs)
                 self.states[uid] = dataclasses.replace(st, phase=GONE)
         if now is not None and freed:
             self._wake(freed, now.mono + pacing.LANE_WAKE_S)
@@ -320,6 +322,18 @@ class EvictionBook:
                 due = False
             return ("stuck" if stuck else "busy"), (uid if due else None)
         return ("busy" if waiting else "done"), None
+
+    def take_left_under(self) -> set[str]:
+        """The PDBs a pod of the node left from since the last call (room may be back: read them)."""
+        keys, self.left_under = self.left_under, set()
+        return keys
+
+    def waited_on(self) -> frozenset[str]:
+        """The PDBs ("ns/name") with no room in this drain's view that hold back a pod still to
+        move: the ones worth reading again (``pdb_poll``)."""
+        keys = {k for uid, t in self.plan.targets.items()
+                if (st := self.states.get(uid)) is not None and st.phase in (PENDING, RETRY) for k in t.pdbs}
+        return frozenset(k for k in keys if (room := self.gate.room(k)) is not None and room <= 0)
 
     def _room(self, pdbs: tuple[str, ...]) -> int | None:
         rooms = [r for k in pdbs if (r := self.gate.room(k)) is not None]

@@ -2,7 +2,7 @@
 misreport (pure: plain data, clock and random passed in, no I/O). The eviction book keeps one.
 
 A PDB's pods often sit on many nodes, and in a hall reclaim every one of those nodes' agents
-watches the same status and sees the same room ``r``. Each sending whenever it sees room would
+reads the same status and sees the same room ``r``. Each sending whenever it sees room would
 send N for r; the server refuses N - r, and a refusal costs it about what an accepted eviction
 does (eviction.go reads the PDB and answers 429 inside its conflict-retried update,
 ``EvictionsRetry``). ``kubectl drain`` does exactly that and sleeps a fixed 5 s after each 429.
@@ -10,14 +10,15 @@ There is no coordinator here: each drain counts the PDB refusals it met per PDB 
 accepted eviction under it (``c``, at most ``CONTENTION_MAX``) and then sends with probability
 ``r / 2**c`` -- binary exponential backoff, as Ethernet's, on the chance as well as on the time --
 else its lane waits a jittered refusal backoff drawn by its own random source, or until the
-watched room grows (the book wakes it). A drain alone on its PDBs meets no refusal (the budget
+room read grows (the book wakes it). A drain alone on its PDBs meets no refusal (the budget
 gate keeps it inside the room) and is never slowed.
 
-Past the evict cutoff a budget without room is asked anyway (one eviction) once its watched
-status has stood still ``PROBE_QUIET_S``, and then once per that period: a watch can go silent
-without failing (the drain cuts one only after ``drain_io.WATCH_QUIET_S``, minutes), and the
-server decides. A status that moves comes from a live watch, and the server would answer what it
-shows.
+Past the evict cutoff a budget without room is asked anyway (one eviction) once its status has
+stood still ``PROBE_QUIET_S``, and then once per that period: a watch can go silent without
+failing (the drain cuts one only after ``drain_io.WATCH_QUIET_S``, minutes), and the server
+decides. A status that moves comes from a live watch, or from reads that answer (a PDB read by
+name, ``pdb_poll``, is read at least every ``POLL_MAX_S`` while waited on, each read a new
+``BudgetStatus``), and the server would answer what it shows.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class PdbShare:
         self.moved: dict[str, tuple[BudgetStatus, float]] = {}   # "ns/name" -> its status, since (MonoTime)
 
     def saw(self, statuses: dict[str, BudgetStatus], now: float) -> None:
-        """The PDBs' statuses as watched now: which of them moved."""
+        """The PDBs' statuses as read now: which of them moved."""
         for key, status in statuses.items():
             seen = self.moved.get(key)
             if seen is None or seen[0] != status:
@@ -61,7 +62,7 @@ class PdbShare:
                 self.deferred[lane] = at
 
     def send(self, lane: str, pdbs: tuple[str, ...], room: int | None, now: float) -> bool:
-        """May the lane send now, with ``room`` the least room the watched status shows (None:
+        """May the lane send now, with ``room`` the least room the status read shows (None:
         unknown)? If not, it waits a jittered refusal backoff (``waiting``)."""
         c = max((self.contention.get(k, 0) for k in pdbs), default=0)
         if c == 0 or self.rand() < min(1.0, (1 if room is None else room) / 2.0 ** c):
@@ -70,7 +71,7 @@ class PdbShare:
         return False
 
     def quiet(self, pdbs: tuple[str, ...], now: float) -> bool:
-        """Has the watched status of these PDBs stood still PROBE_QUIET_S? If so it is asked, and
+        """Has the status read of these PDBs stood still PROBE_QUIET_S? If so it is asked, and
         the wait starts again (one probe a PROBE_QUIET_S at most)."""
         keys = [k for k in pdbs if k in self.moved]
         if any(now - self.moved[k][1] < PROBE_QUIET_S for k in keys):

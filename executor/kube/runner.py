@@ -254,7 +254,7 @@ class DrainRunner(AroundTheServer):
             if self._stop.is_set():   # stopped before the selector could be woken
                 raise Stopped()
             # The node's pods come from a watch, not from a LIST every turn (node_listing).
-            listing = NodeListing(io, self._warn, must_leave=must_leave_under(s.pod_rules))
+            listing = NodeListing(io, self._warn, must_leave=must_leave_under(s.pod_rules), rand=self._rand)
             self._drain(book, listing, io, api)
         finally:
             self._io = None
@@ -270,7 +270,7 @@ class DrainRunner(AroundTheServer):
             if at.wall > s.deadline + LINGER_S:
                 self._report(NewState(s.notice_id, DrainState.ENDED))
                 return
-            sight = self._look(listing, api, at.mono)
+            sight = self._look(listing, api, at.mono, book.waited_on())
             if sight is None:
                 last_remaining = None   # said what went wrong meanwhile: say what is left again
                 continue
@@ -278,6 +278,7 @@ class DrainRunner(AroundTheServer):
                 self._exchange(book, io, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
                 continue
             book.observe(sight.pods, sight.pdbs, at, sight.budgets)
+            listing.poll.poke(book.take_left_under(), at.mono)
             remaining = book.remaining()
             if remaining != last_remaining:
                 self._report(Remaining(s.notice_id, tuple(remaining)))
@@ -288,12 +289,15 @@ class DrainRunner(AroundTheServer):
                 self._report(NewState(s.notice_id, DrainState.DONE))
                 return
             self._set_phase(Phase.CHECKPOINT if book.holding(at.wall, self.inputs) else Phase.EVICT)
-            self._exchange(book, io, next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S))
+            # The next turn comes by the next PDB read due, if sooner (the reads are made by turns).
+            self._exchange(book, io, MonoTime(min(next_turn(at, IDLE_TURN_S, s.ends, s.deadline + LINGER_S),
+                                                  listing.poll.next_moment())))
 
-    def _look(self, listing: NodeListing, api: KubeApi, now: MonoTime) -> Sight | None:
+    def _look(self, listing: NodeListing, api: KubeApi, now: MonoTime,
+              waited_on: frozenset[str]) -> Sight | None:
         """The node as the listing sees it now, or None (after the wait) if it could not say."""
         try:
-            sight = listing.look(now)
+            sight = listing.look(now, waited_on)
             self._health.ok()
             return sight
         except Unreachable as e:

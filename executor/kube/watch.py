@@ -62,6 +62,7 @@ class Watch(Generic[V]):
         self.in_a_row = 0                # crashes in a row
         self.restarts = 0
         self.lists = self.watches = 0
+        self.cut_short = 0               # watches the server ended well before their timeout
 
     def read(self, fn: Callable[[V], Any]) -> Any:
         """``fn(view)`` (None before the first list); raises the last failure (Unreachable, KubeError)

@@ -11,6 +11,7 @@ from bench.fleet_agents import request_kind
     ("POST", "/api/v1/namespaces/a/pods/p/eviction", 429, "eviction -> 429"),
     ("GET", "/apis/policy/v1/namespaces/a/poddisruptionbudgets?limit=100", 200, "pdbs.list"),
     ("GET", "/apis/policy/v1/namespaces/a/poddisruptionbudgets?watch=1&resourceVersion=5", 200, "pdbs.watch"),
+    ("GET", "/apis/policy/v1/namespaces/a/poddisruptionbudgets/app-0", 200, "pdbs.get"),
     ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn&resourceVersion=0", 200, "pods.list.cache"),
     ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn&resourceVersion=9&resourceVersionMatch=NotOlderThan", 504,
      "pods.list.not_older_than -> 504"),

@@ -303,6 +303,7 @@ class Api:
             timeout = float(req.query.get("timeoutSeconds", DEFAULT_WATCH_TIMEOUT))
         except ValueError:
             raise bad_request("timeoutSeconds must be a number") from None
+        timeout = min(timeout, float(self._options().watch_cut.get(r.rt.name, timeout)))
         as_table = table.wants_table(req.headers.get("accept", ""))
         return WatchRequest(r.rt, r.version, accept, rv, timeout, initial,
                             req.query.get("includeObject", "") if as_table else None)

@@ -45,6 +45,10 @@ class Options:
     # seconds behind at 300+ nodes). Lists are not delayed: a list without resourceVersion is a
     # consistent read (etcd, or since 1.31 the cache once it has caught up), so it is current.
     watch_lag: dict[str, float] = field(default_factory=dict)
+    # Resource -> seconds after which the server ends every watch of it, whatever timeoutSeconds
+    # the client asked: as 1.20.2's watch cache closes a watcher it cannot feed in time
+    # (cacher.go, cacheWatcher.add: "Forcing watcher close due to unresponsiveness").
+    watch_cut: dict[str, float] = field(default_factory=dict)
     # API Priority and Fairness for every non-watch API request (``apf``): 0 seats is off; else
     # that many execute at once, each for apf_service_s at least, apf_queue more wait (up to 15 s,
     # 1.20's queue wait limit), and any more is rejected with 1.20's APF 429.
@@ -70,10 +74,13 @@ class Options:
         if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                    for k, v in self.watch_lag.items()):
             raise ValueError("watch_lag must map resource names to seconds >= 0")
+        if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                   for k, v in self.watch_cut.items()):
+            raise ValueError("watch_cut must map resource names to seconds > 0")
 
 
 # Settings a running emulator accepts through POST /_emu/options.
-RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens", "watch_lag",
+RUNTIME_SETTINGS = ("kubelet", "grace_cap", "start_delay", "replicasets", "tokens", "watch_lag", "watch_cut",
                     "apf_seats", "apf_queue", "apf_service_s", "detach_delay")
 
 

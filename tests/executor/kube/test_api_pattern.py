@@ -38,7 +38,9 @@ def kind_of(e: dict[str, Any]) -> str:
             return "pods.list.not_older_than"
         return "pods.list.cache" if str(query.get("resourceVersion")) == "0" else "pods.list.consistent"
     if "poddisruptionbudgets" in path:
-        return "pdbs.watch" if str(query.get("watch")) in ("1", "true") else "pdbs"
+        if str(query.get("watch")) in ("1", "true"):
+            return "pdbs.watch"
+        return "pdbs" if path.endswith("/poddisruptionbudgets") else "pdbs.get"
     if path.endswith("/eviction"):
         return "eviction"
     if path.startswith("/api/v1/nodes/"):
@@ -67,6 +69,7 @@ def test_one_drain_of_30_pods_watches_reads_pdbs_per_namespace_and_stays_within_
     # The PDBs' status is watched, so no eviction is sent that the budget would refuse.
     assert [e["status"] for e in log if kind_of(e) == "eviction" and e["status"] != 201] == []
     assert counts.get("pdbs.watch", 0) == len(NAMESPACES)
+    assert counts.get("pdbs.get", 0) == 0   # watched, never read by name (the server never cut a watch short)
     # The pods are watched: one list from the watch cache, a watch, and one list that confirms
     # "empty" (at most once a second) from the watch cache as of the version the watch has reached
     # -- never a consistent LIST, which on 1.20 reads every pod of the cluster from etcd.
@@ -153,6 +156,8 @@ def test_no_eviction_while_the_budget_is_0_and_one_soon_after_its_status_allows_
     wait_for(lambda: time.time() - watches()[0]["time"] > 1.0, 10, "a second of watching")
     assert [n for _, n, _ in kube.evictions()] == ["free"], kube.evictions()
     assert d.state() is None
+    # Watched all along: never read by name (a read due but never made spun the drain's loop once).
+    assert [e for e in kube.requests() if kind_of(e) == "pdbs.get"] == []
     _put_pdb_status(kube, "db", {"disruptionsAllowed": 1})
     wait_for(lambda: [n for _, n, _ in kube.evictions()][1:] == ["db-0"], 10, "one eviction after the status change")
     # It took the one disruption allowed: no second eviction (and so no refusal) follows.

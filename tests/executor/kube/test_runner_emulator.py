@@ -3,19 +3,24 @@ from __future__ import annotations
 
 import itertools
 import time
+import urllib.request
 
 import pytest
 
 from executor.kube.api import KubeApi, NotOwnNode
 from executor.kube.eviction_book import Inputs
 from executor.kube.memo import KubeMemo
+from executor.kube.node_listing import PDB_WATCH_CUT_MAX
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_DEADLINE, A_NOTICE, EXCLUDE_LB_LABEL
+from executor.kube.pdb_poll import POLL_MAX_S
 from executor.kube.pdb_share import PROBE_QUIET_S
 from executor.scheduler import InPhase, Log, NewState, Problem, Remaining, Remember
 from tests.emulators.kube import objects
 from tests.emulators.kube_fixture import kube_emulator
 from tests.executor.kube.harness import NODE, OTHER, TAINT_KEY, Drain, make_spec
 from tests.support.wait import wait_for
+
+PDBS = "poddisruptionbudgets"
 
 FOREIGN = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
@@ -105,6 +110,33 @@ def test_a_pdb_without_room_gets_no_eviction_before_the_cutoff_then_it_is_report
     assert kube.pod_names(NODE) == {"db-0"} and d.state() is None   # still trying, not done
 
 
+def test_a_pdb_without_room_gets_no_eviction_it_is_reported_at_the_cutoff_and_read_not_asked(kube, drains):
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0, "currentHealthy": 1,
+                                                       "desiredHealthy": 1, "expectedPods": 1})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    kube.set_options(watch_cut={PDBS: 0.3})   # the server cuts every PDB watch short: read by name
+    d = start(kube, drains, evict_s=2.0)
+    ev = d.wait_event("drain.eviction_blocked")
+    # The status read says 0 allowed all along: at the cutoff the lane is stuck and its pod
+    # reported without a request (past the cutoff too a PDB keeps its pace: issue 27).
+    assert ev["pod"] == "default/db-0" and ev["pdb"] == "default/db" and ev["attempts"] == 0
+    assert ev["since_received_ms"] >= 2000 and "no room" in ev["error"]
+    assert any(r.name == "drain.pdb_watch_dropped" for r in d.reports if isinstance(r, Log))
+    # The PDB is read again and again (consistent GETs, each the server's own answer, the one
+    # eviction.go would read), at most POLL_MAX_S apart: the server is never asked an eviction
+    # it would refuse, however long the pod waits.
+    time.sleep(PROBE_QUIET_S + 3.0)
+    reads = [e["time"] for e in kube.requests() if e["path"].endswith("/poddisruptionbudgets/db")]
+    watches = [e["time"] for e in kube.requests() if e["path"].endswith("/poddisruptionbudgets")
+               and str(e["query"].get("watch")) in ("1", "true")]
+    # Cut short PDB_WATCH_CUT_MAX times (one more may open before the drain's next turn), then never
+    # watched again: read by name.
+    assert PDB_WATCH_CUT_MAX <= len(watches) <= PDB_WATCH_CUT_MAX + 1 and max(watches) < min(reads), (watches, reads)
+    assert len(reads) >= 3 and max(b - a for a, b in itertools.pairwise(reads)) <= POLL_MAX_S * 1.5 + 0.5, reads
+    assert kube.evictions() == []
+    assert kube.pod_names(NODE) == {"db-0"} and d.state() is None   # still trying, not done
+
+
 def test_pdb_blocked_pod_is_deleted_at_the_cutoff_when_the_contract_says_so(kube, drains):
     kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0})
     kube.add_pod("db-0", NODE, labels={"app": "db"}, grace=600)
@@ -182,6 +214,40 @@ def test_unreadable_pdbs_still_drain(kube, drains):
     d.wait_state("done")
     assert sorted(evicted(kube)) == ["web-0", "web-1", "web-2"]
     assert any(r.name == "drain.pdbs_unreadable" for r in d.reports if isinstance(r, Log))
+
+
+def test_a_pdb_whose_reads_fail_is_left_to_the_server_and_said(kube, drains):
+    """(Read by name: the server cuts the PDB watches short.) The PDBs list, but every GET of the one a pod waits on answers 500: its status is not used
+    (the server decides, as with no PDB read at all: here it refuses), the failure is said, and
+    the drain goes on."""
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 1, "currentHealthy": 2,
+                                                       "desiredHealthy": 1, "expectedPods": 2})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    kube.add_pod("db-1", NODE, labels={"app": "db"})
+    kube.fault("status", pattern="/poddisruptionbudgets/db$", status=500)
+    kube.set_options(watch_cut={PDBS: 0.3})
+    d = start(kube, drains, evict_s=40.0)
+    wait_for(lambda: any(r.name == "drain.pdb_unread" for r in d.reports if isinstance(r, Log)), 10,
+             "the failed read said")
+    # One accepted (the list's room), then the other asked of the server, which has no room left.
+    wait_for(lambda: sorted(s for _, _, s in kube.evictions())[:2] == [201, 429], 15, "the server asked")
+    assert d.state() is None and not d.events("agent.thread_restarted")
+
+
+def test_a_pdb_deleted_while_a_pod_waits_on_it_frees_the_pod(kube, drains):
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0, "currentHealthy": 1,
+                                                       "desiredHealthy": 1, "expectedPods": 1})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    kube.set_options(watch_cut={PDBS: 0.3})
+    d = start(kube, drains, evict_s=40.0)
+    wait_for(lambda: any(e["path"].endswith("/poddisruptionbudgets/db") for e in kube.requests()), 10, "a read")
+    assert kube.evictions() == []
+    req = urllib.request.Request(kube.url + "/apis/policy/v1/namespaces/default/poddisruptionbudgets/db",
+                                 method="DELETE")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    d.wait_state("done", timeout=20.0)
+    assert [(n, s) for _, n, s in kube.evictions()] == [("db-0", 201)]
 
 
 def test_a_server_ignoring_the_field_selector_cannot_make_us_evict_elsewhere(kube, drains):
