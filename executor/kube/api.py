@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import quote
 
 import ujson
@@ -92,22 +92,6 @@ class NotOwnNode(Exception):
 class EvictionUnsupported(Exception):
     """The server offers no Eviction version this agent can send (``discovery.choose``): the
     eviction is refused by the agent itself, never turned into a plain DELETE."""
-
-
-class Identity(NamedTuple):
-    """Who a connection is: a bearer ``token``, or the client certificate in ``tls`` -- never both."""
-
-    token: str
-    tls: TlsFiles
-
-
-def identities(token: str, taint_token: str, tls: TlsFiles) -> tuple[Identity, Identity | None]:
-    """The node identity and the taint identity (None: taints go as the node), from the configured
-    credentials (pure). A client certificate, when configured, is the node identity and the node's
-    bearer token is not sent with it; the taint token goes over TLS with the CA but no certificate."""
-    node = Identity("" if tls.cert_file else token, tls)
-    taint = Identity(taint_token, TlsFiles(ca_file=tls.ca_file)) if taint_token else None
-    return node, taint
 
 
 def pod_node(pod: dict[str, Any]) -> str:

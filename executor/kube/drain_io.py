@@ -34,18 +34,13 @@ from typing import Any
 from common.supervise import Crash
 from executor.kube.answers import answer_of, answer_raising
 from executor.kube.api import SMP, CredentialsRefused, KubeApi, KubeError, Unreachable
+from executor.kube.book_records import Action
 from executor.kube.conn import Conn
-from executor.kube.eviction_book import Action
 from executor.kube.http_feed import FeedError, ResponseFeed
 from executor.kube.pod_state import Answer
 from executor.kube.pod_view import RELIST
-from executor.kube.watch import Listed, V, Watch
+from executor.kube.watch import RELIST_MIN_S, WATCH_QUIET_S, WATCH_TIMEOUT_S, Listed, V, Watch
 
-WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
-WATCH_QUIET_S = WATCH_TIMEOUT_S + 15.0   # no byte for this long: the watch is cut and resumed
-CUT_SHORT_S = 0.9 * WATCH_TIMEOUT_S      # a watch the server ends sooner was cut short (``Watch.cut_short``)
-RELIST_MIN_S = 1.0        # never list more often than this
-RETRY_S = 1.0             # a watch the server cut at once waits this before the next
 IDLE_MAX = 8              # kept-alive eviction connections kept for the next ones
 
 
@@ -109,8 +104,7 @@ class DrainIO:
     def drop(self, watch: Watch[Any]) -> None:
         """Stop serving ``watch``: its connection closed, never listed or opened again."""
         self._close_watch(watch)
-        if watch in self.watches:
-            self.watches.remove(watch)
+        self.watches = [w for w in self.watches if w is not watch]
 
     def in_flight(self) -> int:
         return len(self._flights)
@@ -401,8 +395,6 @@ class DrainIO:
             raise KubeError(0, "WatchRefused", f"GET {w.path}: {feed.refused}")
         if conn.eof or feed.complete:   # the server ended the watch: resume from here
             self._close_watch(w)
-            if now - w.opened_at < CUT_SHORT_S:   # e.g. 1.20's watch cache closing a slow watcher
-                w.cut_short += 1
-            w.next_at = now + (RETRY_S if now - w.opened_at < RELIST_MIN_S else 0.0)
+            w.ended(now)
         else:
             self._sel.modify(conn.fd, conn.interest(), None)

@@ -32,15 +32,14 @@ does not make every pod look stuck.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from common.clock import Moment, WallTime
-from common.events import EventType
 from common.pod_policy import Rules
 from common.wire import PhaseEnds
 from executor.kube import pacing
+from executor.kube.book_records import Action, Emit, Inputs
 from executor.kube.budget_gate import CLOSED, BudgetGate, BudgetStatus
 from executor.kube.drain_plan import (
     EMPTY_PLAN,
@@ -71,33 +70,6 @@ from executor.kube.pod_state import (
 )
 
 STUCK_AFTER_S = 3.0
-
-
-@dataclass(frozen=True, slots=True)
-class Inputs:
-    """What the executor's loop knows that the book does not."""
-
-    held: frozenset[str] = frozenset()   # uids of pods whose agent-socket clients have not acked
-    hold_all: bool = False               # a client we cannot place on a pod holds every pod
-    escalated: bool = False              # the verifier announced evict_over (or final)
-    # pod uid -> until when its client's extend grant holds it (epoch; executor.extension): past
-    # checkpoint_by and past the evict cutoff too, for that pod alone
-    held_until: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    op: str                  # evict | delete
-    uid: str
-    key: str
-    grace_s: int | None
-    pod: dict[str, Any] = field(compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    event: EventType
-    data: dict[str, Any]
 
 
 class EvictionBook:

@@ -19,7 +19,7 @@ from executor.scheduler import Announce, NewState, Report
 if TYPE_CHECKING:
     from common.pod_policy import Rules
     from common.wire import PhaseEnds
-    from executor.kube.eviction_book import Inputs
+    from executor.kube.book_records import Inputs
 
 
 class DrainSpec(Protocol):

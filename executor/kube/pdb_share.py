@@ -15,7 +15,7 @@ gate keeps it inside the room) and is never slowed.
 
 Past the evict cutoff a budget without room is asked anyway (one eviction) once its status has
 stood still ``PROBE_QUIET_S``, and then once per that period: a watch can go silent without
-failing (the drain cuts one only after ``drain_io.WATCH_QUIET_S``, minutes), and the server
+failing (the drain cuts one only after ``watch.WATCH_QUIET_S``, minutes), and the server
 decides. A status that moves comes from a live watch, or from reads that answer (a PDB read by
 name, ``pdb_poll``, is read at least every ``POLL_MAX_S`` while waited on, each read a new
 ``BudgetStatus``), and the server would answer what it shows.

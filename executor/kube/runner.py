@@ -41,10 +41,11 @@ from executor.kube.api import (
     Throttled,
     Unreachable,
 )
+from executor.kube.book_records import Emit, Inputs
 from executor.kube.drain_io import DrainIO
 from executor.kube.drain_plan import ApiHealth, must_leave_under, next_turn
 from executor.kube.drain_spec import DrainSpec
-from executor.kube.eviction_book import Emit, EvictionBook, Inputs
+from executor.kube.eviction_book import EvictionBook
 from executor.kube.node_listing import NodeListing, Sight
 from executor.kube.outage import LINGER_S, AroundTheServer, Stopped
 from executor.kube.pod_state import Answer

@@ -30,10 +30,11 @@ from common.supervise import pause_for
 from common.timefmt import format_rfc3339
 from common.wire import EVICT_OVER, FINAL, DrainState, Step
 from executor.kube import node_steps, pacing
-from executor.kube.api import KubeApi, KubeError, NotOwnNode, Throttled, Unreachable, identities
+from executor.kube.api import KubeApi, KubeError, NotOwnNode, Throttled, Unreachable
+from executor.kube.book_records import Inputs
 from executor.kube.drain_plan import down_after
 from executor.kube.drain_spec import DrainSpec
-from executor.kube.eviction_book import Inputs
+from executor.kube.identity import identities
 from executor.kube.memo import KubeMemo
 from executor.kube.runner import DrainRunner
 from executor.scheduler import Announce, Log, Marker, NewState, Order, Report, ReportQueue, StepDone, Withdrawal

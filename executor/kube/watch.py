@@ -6,7 +6,7 @@ events to the view, and decides when to watch or list again; this is what it rem
 
 A watch (``Watch``): list, then watch from the list's resourceVersion; when the server ends the
 watch, watch again from the last resourceVersion seen; on 410 Gone (or any ERROR event) list
-again, at most once per ``drain_io.RELIST_MIN_S``. A throttled answer waits the server's Retry-After
+again, at most once per ``RELIST_MIN_S``. A throttled answer waits the server's Retry-After
 with jitter (``pacing.throttled_delay``); no answer, or a refusal, ``pacing.error_delay``.
 Meanwhile ``read`` raises the failure, so the drain's own handling of a server that is down sees
 it as a failed list. An exception nobody foresaw (an event the view cannot apply) is a crash of
@@ -23,6 +23,12 @@ from common.supervise import HEALTHY_AFTER_S, Crash, pause_for
 from executor.kube import pacing
 from executor.kube.api import KubeApi, KubeError, Throttled
 from executor.kube.conn import Conn
+
+WATCH_TIMEOUT_S = 240     # the server ends a watch after this; resumed from the last resourceVersion
+WATCH_QUIET_S = WATCH_TIMEOUT_S + 15.0   # no byte for this long: the watch is cut and resumed
+CUT_SHORT_S = 0.9 * WATCH_TIMEOUT_S      # a watch the server ends sooner was cut short (``Watch.cut_short``)
+RELIST_MIN_S = 1.0        # never list more often than this
+RETRY_S = 1.0             # a watch the server cut at once waits this before the next
 
 
 class View(Protocol):
@@ -70,6 +76,14 @@ class Watch(Generic[V]):
         if self.failure is not None:
             raise self.failure
         return fn(self.view) if self.view is not None else None
+
+    def ended(self, now: float) -> None:
+        """The server ended the watch (its connection closed): resumed from its last version, at
+        once, or after RETRY_S if it ended at once. Ended well before its timeout, it was cut short:
+        e.g. by 1.20's watch cache, closing a watcher it cannot feed (``node_listing``)."""
+        if now - self.opened_at < CUT_SHORT_S:
+            self.cut_short += 1
+        self.next_at = now + (RETRY_S if now - self.opened_at < RELIST_MIN_S else 0.0)
 
     def failed(self, e: Exception, now: float, rand: Callable[[], float]) -> None:
         """The list or watch failed (its connection closed): when to try again, and what ``read``

@@ -19,7 +19,8 @@ from common.log import Logger
 from common.notice import notice_time
 from common.wire import Budget, DrainRecord, DrainState, phase_ends
 from executor.drain import SAVE_EVERY_S, TELL_CLIENTS_AFTER_S, Drains
-from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook, Inputs
+from executor.kube.book_records import Inputs
+from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook
 from executor.kube.pacing import REFUSED_MAX_S, THROTTLE_MAX_S
 from executor.kube.pod_state import Answer
 from executor.scheduler import InPhase, Order, Report, Withdrawal

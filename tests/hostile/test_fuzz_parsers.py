@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from common import config as cfg
 from common.wire import Budget, phase_ends
-from executor.kube.eviction_book import EvictionBook, Inputs
+from executor.kube.book_records import Inputs
+from executor.kube.eviction_book import EvictionBook
 from executor.kube.pod_filters import pods_that_count
 from executor.slurm import cli as slurm
 from executor.slurm import local as slurm_local

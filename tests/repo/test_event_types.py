@@ -24,7 +24,7 @@ CALLS = textwrap.dedent('''
     from common.recorder import Recorder
     from common.runtime import Rejections, SpoolLink
     from executor.drain import Shell
-    from executor.kube.eviction_book import Emit as BookEmit
+    from executor.kube.book_records import Emit as BookEmit
     from executor.scheduler import Announce, StepDone
     from spool.store import Store
     from verifier.core import Emit as VerdictEmit

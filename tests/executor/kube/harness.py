@@ -7,8 +7,8 @@ from typing import Any
 
 from common.wire import Budget, phase_ends
 from executor.kube.api import KubeApi
+from executor.kube.book_records import Inputs
 from executor.kube.drain_spec import DrainSpec
-from executor.kube.eviction_book import Inputs
 from executor.kube.runner import DrainRunner
 from executor.scheduler import Announce, NewState, Report, StepDone
 from tests.support.wait import wait_for

@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 from common.wire import PhaseEnds
+from executor.kube.book_records import Inputs
 from executor.kube.budget_gate import CLOSED, FREE, OPEN, TAKEN_MAX_S, BudgetGate, PdbView, PdbWatchView, status_of
-from executor.kube.eviction_book import EvictionBook, Inputs
+from executor.kube.eviction_book import EvictionBook
 from executor.kube.pod_state import Answer
 from executor.kube.pod_view import RELIST
 from tests.support.clocks import at

@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from common.wire import Budget, phase_ends
-from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook, Inputs
+from executor.kube.book_records import Inputs
+from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook
 from executor.kube.pacing import LANE_WAKE_S, REFUSED_MAX_S
 from executor.kube.pod_state import ACCEPTED, GONE, RETRY, Answer, PodState, transition
 from tests.executor.kube.podspecs import pdb, pod

@@ -2,7 +2,7 @@
 past checkpoint_by and past the evict cutoff -- and every other pod moves as it would have."""
 from __future__ import annotations
 
-from executor.kube.eviction_book import Inputs
+from executor.kube.book_records import Inputs
 from executor.kube.pod_state import Answer
 from tests.executor.kube.podspecs import pdb, pod
 from tests.executor.kube.test_eviction_book import T0, D, book, names, send, uid

@@ -29,7 +29,7 @@ def test_the_factory_shares_tls_and_reads_both_tokens(tmp_path):
 
 def test_identities_never_pair_a_certificate_with_a_token():
     from common.http import TlsFiles
-    from executor.kube.api import Identity, identities
+    from executor.kube.identity import Identity, identities
 
     cert = TlsFiles("ca.pem", "node.crt", "node.key")
     node, taint = identities("node-token", "taint-token", cert)

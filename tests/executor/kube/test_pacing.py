@@ -6,7 +6,8 @@ import pytest
 
 from common.wire import Budget, phase_ends
 from executor.kube import pacing
-from executor.kube.eviction_book import EvictionBook, Inputs
+from executor.kube.book_records import Inputs
+from executor.kube.eviction_book import EvictionBook
 from executor.kube.pod_state import Answer, PodState, transition
 from executor.kube.pod_view import OK, RELIST, PodView, namespaces_of
 from tests.emulators.kube.client import APF_REJECTION_BODY

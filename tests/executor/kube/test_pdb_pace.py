@@ -8,8 +8,9 @@ from typing import Any
 
 from common.wire import Budget, phase_ends
 from executor.kube import pacing
+from executor.kube.book_records import Inputs
 from executor.kube.budget_gate import status_of
-from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook, Inputs
+from executor.kube.eviction_book import STUCK_AFTER_S, EvictionBook
 from executor.kube.pdb_share import PROBE_QUIET_S
 from executor.kube.pod_state import Answer
 from tests.executor.kube.podspecs import pod

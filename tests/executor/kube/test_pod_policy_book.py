@@ -3,7 +3,8 @@ count but are not sent before their time, and every such pod is announced once."
 from __future__ import annotations
 
 from common.pod_policy import Rules
-from executor.kube.eviction_book import EvictionBook, Inputs
+from executor.kube.book_records import Inputs
+from executor.kube.eviction_book import EvictionBook
 from tests.executor.kube.podspecs import pod
 from tests.executor.kube.test_eviction_book import T0, D, names, uid
 from tests.support.clocks import at

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from executor.kube.api import KubeApi, NotOwnNode
-from executor.kube.eviction_book import Inputs
+from executor.kube.book_records import Inputs
 from executor.kube.memo import KubeMemo
 from executor.kube.node_listing import PDB_WATCH_CUT_MAX
 from executor.kube.node_patch import A_CORDONED_BY_AGENT, A_DEADLINE, A_NOTICE, EXCLUDE_LB_LABEL
