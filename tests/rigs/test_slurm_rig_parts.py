@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from tests.rigs.slurm import conf, procs
+from tests.support.wait import wait_for
 
 SLURMD_C = (
     "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105\n"
@@ -75,8 +76,9 @@ def child() -> Iterator[subprocess.Popen[bytes]]:
 
 def test_a_recorded_process_is_signalled_only_while_it_is_the_same(child: subprocess.Popen[bytes]) -> None:
     """A different start time (a reused PID) or command-line marker makes send() refuse."""
-    rec = procs.identify(child.pid, marker="sleep 60")
-    assert rec is not None and rec.comm == "sleep" and procs.is_alive(rec)
+    # Popen returns once the exec has begun: the new command line may be readable a moment later.
+    rec = wait_for(lambda: (r := procs.identify(child.pid, marker="sleep 60")) is not None and r.comm == "sleep"
+                   and procs.is_alive(r) and r, 5, "the child identified as sleep 60")
     assert not procs.send(replace(rec, starttime=rec.starttime + 1), signal.SIGTERM)
     assert not procs.send(replace(rec, marker="other"), signal.SIGTERM)
     assert child.poll() is None

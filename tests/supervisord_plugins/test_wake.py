@@ -144,6 +144,7 @@ def test_a_worker_exit_wakes_the_real_supervisords_loop_before_and_after_a_reloa
                      "supervisord reloaded")
     for program in ("a", "b", "other"):
         s.running(program)
-    # no pipe left behind by the reload (supervisorctl's channels close a moment after each call)
-    wait_for(lambda: len(os.listdir(f"/proc/{s.proc.pid}/fd")) == fds_before, 30,
-             f"supervisord's descriptors back to {fds_before}")
+    # no pipe left behind by the reload (supervisorctl's channels close a moment after each call,
+    # so the count taken before may include one still open: at most that many, not exactly)
+    wait_for(lambda: len(os.listdir(f"/proc/{s.proc.pid}/fd")) <= fds_before, 30,
+             f"supervisord's descriptors back to {fds_before} or fewer")
