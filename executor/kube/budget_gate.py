@@ -86,8 +86,9 @@ def status_of(pdb: dict[str, Any], accounted: frozenset[str] = frozenset(),
                         read_at=read_at)
 
 
-def _key(pdb: dict[str, Any]) -> str:
-    md = pdb.get("metadata") or {}
+def pdb_key(pdb: dict[str, Any]) -> str:
+    """"namespace/name" of a PDB as the server sent it (a field of the wrong shape reads as absent)."""
+    md = _dict(pdb.get("metadata"))
     return f"{md.get('namespace')}/{md.get('name')}"
 
 
@@ -106,7 +107,7 @@ class PdbView:
     def reset(self, items: list[dict[str, Any]], listed_at: float) -> None:
         """The namespace's PDBs as a consistent list sent at ``listed_at`` shows them."""
         self._statuses = None
-        self.pdbs = {_key(p): p for p in items}
+        self.pdbs = {pdb_key(p): p for p in items}
         self.accounted = {k: status_of(p).accounted for k, p in self.pdbs.items()}
         self.read_at = dict.fromkeys(self.pdbs, listed_at)
 
@@ -115,7 +116,7 @@ class PdbView:
         watch delivered, its read time that of the list it follows). An answer to a read sent
         before the one the view holds only adds what it accounts for."""
         self._statuses = None
-        key = _key(pdb)
+        key = pdb_key(pdb)
         self.accounted[key] = status_of(pdb, self.accounted.get(key, frozenset())).accounted
         if read_at is None:
             self.pdbs[key] = pdb
@@ -157,7 +158,7 @@ class PdbWatchView:
 
     def apply(self, event: dict[str, Any]) -> str:
         return apply_event(self, event, lambda obj: self.pdbs.saw(obj, None),
-                           lambda obj: self.pdbs.drop(_key(obj)))
+                           lambda obj: self.pdbs.drop(pdb_key(obj)))
 
 
 def _ready(pod: dict[str, Any]) -> bool:

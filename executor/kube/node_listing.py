@@ -28,7 +28,7 @@ from typing import Any
 
 from common.clock import MonoTime
 from executor.kube.api import KubeError, NotFound, Throttled, Unreachable
-from executor.kube.budget_gate import BudgetStatus, PdbView, PdbWatchView
+from executor.kube.budget_gate import BudgetStatus, PdbView, PdbWatchView, pdb_key
 from executor.kube.drain_io import DrainIO
 from executor.kube.drain_plan import must_leave_under
 from executor.kube.pdb_poll import PdbPoll
@@ -161,13 +161,22 @@ class NodeListing:
             except (Throttled, Unreachable):
                 raise
             except KubeError as e:
-                self._warn("drain.pdb_unread", f"{key}: {e}")
-                self._unread.add(key)
-                self.poll.read(key, None, now)
+                self._unread_now(key, str(e), now)
+                continue
+            if pdb_key(pdb) != key:
+                # A 200 whose body is not that PDB (not JSON, not an object, another object: a proxy's
+                # page, a server's defect) is no status at all, and must not enter the view as a PDB.
+                self._unread_now(key, f"the answer is not that PDB (it names {pdb_key(pdb)!r})", now)
                 continue
             self._unread.discard(key)
             view.saw(pdb, sent_at)
             self.poll.read(key, str((pdb.get("metadata") or {}).get("resourceVersion") or ""), now)
+
+    def _unread_now(self, key: str, why: str, now: float) -> None:
+        """The read of ``key`` failed: its status is not used (the server decides) until one succeeds."""
+        self._warn("drain.pdb_unread", f"{key}: {why}")
+        self._unread.add(key)
+        self.poll.read(key, None, now)
 
     def _pdb_sight(self, namespaces: frozenset[str],
                    ) -> tuple[list[dict[str, Any]] | None, dict[str, BudgetStatus] | None]:

@@ -234,6 +234,34 @@ def test_a_pdb_whose_reads_fail_is_left_to_the_server_and_said(kube, drains):
     assert d.state() is None and not d.events("agent.thread_restarted")
 
 
+IMPOSTOR = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "other", "namespace": "default", "resourceVersion": "99"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 5, "currentHealthy": 5, "desiredHealthy": 0, "observedGeneration": 1}}
+
+
+@pytest.mark.parametrize("answer", [{"mode": "garbage"}, {"mode": "status", "status": 200, "body": IMPOSTOR},
+                                    {"mode": "status", "status": 200, "body": [IMPOSTOR]},
+                                    {"mode": "status", "status": 200, "body": "not json"}],
+                         ids=["garbage", "another-pdb", "a-list", "text"])
+def test_a_pdb_read_answered_with_something_else_is_no_status_and_is_said(kube, drains, answer):
+    """(Read by name.) A 200 to the GET of the PDB a pod waits on whose body is not that PDB --
+    not JSON, not an object, another PDB with room -- gives no status and no PDB: the drain says
+    the read failed, leaves the budget to the server (which refuses: no room), and goes on."""
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0, "currentHealthy": 1,
+                                                       "desiredHealthy": 1, "expectedPods": 1})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    kube.set_options(watch_cut={PDBS: 0.3})
+    kube.fault(pattern="/poddisruptionbudgets/db$", method="GET", **answer)
+    d = start(kube, drains, evict_s=40.0)
+    wait_for(lambda: any(r.name == "drain.pdb_unread" and "not that PDB" in r.data.get("error", "")
+                         for r in d.reports if isinstance(r, Log)), 10, "the answer said not to be the PDB")
+    wait_for(lambda: [(n, s) for _, n, s in kube.evictions()][:1] == [("db-0", 429)], 15, "the server asked")
+    named = {e.get("pdb") for e in d.events("drain.eviction_blocked")}
+    assert named <= {"default/db"}, named
+    assert kube.pod_names(NODE) == {"db-0"} and d.state() is None and not d.events("agent.thread_restarted")
+
+
 def test_a_pdb_deleted_while_a_pod_waits_on_it_frees_the_pod(kube, drains):
     kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0, "currentHealthy": 1,
                                                        "desiredHealthy": 1, "expectedPods": 1})
@@ -247,6 +275,58 @@ def test_a_pdb_deleted_while_a_pod_waits_on_it_frees_the_pod(kube, drains):
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 200
     d.wait_state("done", timeout=20.0)
+    assert [(n, s) for _, n, s in kube.evictions()] == [("db-0", 201)]
+
+
+def test_two_nodes_drained_at_once_reading_their_shared_pdb_by_name_both_empty_within_its_room(kube, drains):
+    """Many at once, read by name: two nodes' drains share one PDB (room 1) whose watches the server
+    cuts short. Both give the watch up, read the PDB, and empty their nodes; the server refuses
+    at most what two drains each seeing the same room can send (one each per room seen)."""
+    kube.add_pdb("web", {"app": "web"}, max_unavailable=1)
+    for node in (NODE, OTHER):
+        for i in range(4):
+            kube.add_pod(f"web-{node}-{i}", node, labels={"app": "web"})
+    kube.set_options(watch_cut={PDBS: 0.3})
+    a = start(kube, drains)
+    b = Drain(lambda: KubeApi(kube.url, OTHER, timeout_s=1.0), make_spec(notice_id="n-other"))
+    drains.append(b)
+    a.wait_state("done", timeout=60.0)
+    b.wait_state("done", timeout=60.0)
+    for d in (a, b):
+        assert any(r.name == "drain.pdb_watch_dropped" for r in d.reports if isinstance(r, Log))
+    assert kube.pod_names(NODE) == set() and kube.pod_names(OTHER) == set()
+    statuses = [s for _, _, s in kube.evictions()]
+    assert statuses.count(201) == 8 and statuses.count(429) <= 8, statuses
+    assert any(e["path"].endswith("/poddisruptionbudgets/web") for e in kube.requests())
+
+
+def test_a_drain_stopped_while_it_reads_by_name_reads_no_more_and_its_restart_reads_again(kube, drains):
+    """A cancel in the middle of reading by name ends the reads with the drain; a drain started
+    again for the node (the executor restarted) lists, loses its watch, reads again, sends
+    nothing into no room, and finishes once the PDB is gone."""
+    kube.add_pdb("db", {"app": "db"}, frozen_status={"disruptionsAllowed": 0, "currentHealthy": 1,
+                                                       "desiredHealthy": 1, "expectedPods": 1})
+    kube.add_pod("db-0", NODE, labels={"app": "db"})
+    kube.set_options(watch_cut={PDBS: 0.3})
+
+    def reads() -> list[float]:
+        return [e["time"] for e in kube.requests() if e["path"].endswith("/poddisruptionbudgets/db")]
+    first = start(kube, drains)
+    wait_for(lambda: len(reads()) >= 2, 15, "reads by name")
+    first.stop()
+    assert not first.runner.alive
+    stopped_reads = len(reads())
+    time.sleep(POLL_MAX_S + 1.0)
+    assert len(reads()) == stopped_reads, "a stopped drain went on reading"
+    again = start(kube, drains)
+    wait_for(lambda: any(r.name == "drain.pdb_watch_dropped" for r in again.reports if isinstance(r, Log))
+             and len(reads()) > stopped_reads, 15, "the restarted drain reading by name")
+    assert kube.evictions() == []
+    req = urllib.request.Request(kube.url + "/apis/policy/v1/namespaces/default/poddisruptionbudgets/db",
+                                 method="DELETE")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    again.wait_state("done", timeout=20.0)
     assert [(n, s) for _, n, s in kube.evictions()] == [("db-0", 201)]
 
 
