@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 
 import psutil
 
+from bench.worker_life import exit_with_parent
 from common.http import TlsFiles, tls_context
 from common.wire import Budget, phase_ends
 from executor.kube.api import KubeApi
@@ -111,6 +112,7 @@ def start_runners(hall: Hall, nodes: list[str], t0: float, cordoned: dict[str, f
 def _worker(hall: Hall, nodes: list[str], ready: Any, go: Any, t0: Any, stop: Any, done: Any, results: Any) -> None:
     from bench.fleet_report import ThreadRoles
 
+    exit_with_parent()
     ready.release()
     go.wait()
     roles = ThreadRoles().start()

@@ -23,6 +23,7 @@ from typing import Any, Self
 
 import ujson
 
+from bench.worker_life import exit_with_parent
 from common.http import HttpClient, HttpError, TlsFiles
 from executor.kube.watch_stream import WatchStream
 from tests.rigs.kube_real_objects import FakeControlPlane, KubeClient, pdb_status, pods_to_finish
@@ -387,6 +388,7 @@ class ControlPlaneProcess:
         # A real control plane has machines of its own; on this one it must not queue behind the
         # drainers' hundreds of threads (or the bench measures the kubelets' starvation).
         os.nice(-10)
+        exit_with_parent()
         plane = FleetControlPlane(server).start()
         try:
             while not self._stop.wait(0.2):

@@ -10,8 +10,8 @@ identity ``system:node:<name>``, so the built-in ``system-nodes`` FlowSchema put
 ``system`` priority level -- deploy/kubernetes's FlowSchema must leave that traffic whole while
 the agents drain.
 
-``LeaseRenewers`` runs the renewals of a set of nodes in a spawned process of its own (the
-kubelets are on their nodes, not in the agents' interpreter), each node due every 10 s from its
+``LeaseRenewers`` runs the renewals of a set of nodes in a spawned process of its own at nice -10
+(the kubelets are on their nodes, not in the agents' interpreter or behind their CPU), each node due every 10 s from its
 own random phase, and records every attempt: when it was sent (wall clock, to place it in the
 drain window), its latency and status, and how late it went out (a renewer thread busy with a
 slow answer delays the next one; reported too, so a slow client is not taken for a slow server).
@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import multiprocessing
+import os
 import random
 import threading
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 import ujson
 
+from bench.worker_life import exit_with_parent
 from common.http import HttpClient, HttpError, TlsFiles
 
 RENEW_S = 10.0
@@ -91,6 +93,11 @@ def _renew(http: HttpClient, node: str, token: str, cache: dict[str, Any], due: 
 
 
 def _worker(url: str, ca_file: str, tokens: dict[str, str], ready: Any, stop: Any, results: Any) -> None:
+    exit_with_parent()
+    # A kubelet has a node of its own: the renewals must measure the server's answer, not the
+    # scheduling delay of the bench's client core that hundreds of agents saturate (so the fake
+    # control plane: fleet_cluster.ControlPlaneProcess). Set before the threads start: they inherit it.
+    os.nice(-10)
     nodes = sorted(tokens)
     rng = random.Random(7)
     start = time.monotonic()
