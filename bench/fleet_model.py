@@ -29,7 +29,9 @@ What is modelled (pure core: ``simulate`` takes plain data and returns plain dat
   a time, room back once the kubelet has deleted the pod and the disruption controller rewritten
   the status), at most the agent's window in flight (executor/kube/pacing.py ``ConcurrencyLimit``:
   8 workers, an APF 429 halves it and is retried after Retry-After doubling to 8 s with jitter, a
-  slow answer cuts it by a fifth, every other answer adds about 1/window).
+  slow answer cuts it by a fifth, every other answer adds about 1/window); its further requests per
+  pod (``Costs.agent_extra_per_pod``: mostly its PDB reads by name) each at a read's cost
+  (``Costs.read``, fitted apart from the writes).
 - **The central peer** (bench/fleet_peers.py): ``workers`` nodes at a time through one token bucket
   (qps, burst): GET + PATCH + LIST per node, an eviction per pod (a PDB 429 retried after 5 s), then
   a GET per pod per second until it is gone.
@@ -85,7 +87,8 @@ class Costs:
 
     eviction: float = 0.004       # the eviction itself: PDB status write + pod update
     pod_gone: float = 0.004       # what follows per pod: the kubelet's DELETE, the PDB status PUT, watch events
-    request: float = 0.002        # any other short request (GET, PATCH, LIST of a node's pods)
+    request: float = 0.002        # any other short request (PATCH, LIST of a node's pods, discovery)
+    read: float = 0.002           # a GET of one object by name: the agents' PDB reads, the central peer's pod polls
     lease: float = 0.002          # a Lease PUT
     core_share: float = 1.0
     agent_setup: int = 8          # requests before a node's first eviction
@@ -432,7 +435,7 @@ class _Sim:
                     else:
                         retry_at[j] = (yield "now", None) + 5.0          # kubectl drain's wait after a PDB 429
                 for j in sorted(evicted):
-                    yield "request", ("poll", c.request, None)
+                    yield "request", ("poll", c.read, None)
                     if self.gone[node][j]:
                         evicted.discard(j)
                 if retry_at or evicted:
@@ -549,7 +552,7 @@ class _Sim:
             self.extra_owed[node] += self.costs.agent_extra_per_pod
             while self.extra_owed[node] >= 1.0:
                 self.extra_owed[node] -= 1.0
-                self.send(now, self._agent(node, "extra", self.costs.request))
+                self.send(now, self._agent(node, "extra", self.costs.read))
 
     def on_room_back(self, now: float, data: tuple[int, int, int]) -> None:
         node, k, j = data
@@ -592,13 +595,27 @@ def available(row: dict[str, Any]) -> tuple[float, float]:
     return max(0.05, 1 - others_server / wall), max(0.05, 1 - others_client / wall)
 
 
+def _reads(row: dict[str, Any]) -> float:
+    """The GETs by name a row's drainer sent: the agents' PDB reads (their requests by kind), the
+    central peer's pod polls (every request beyond its evictions and its 3 a node)."""
+    if row["drainer"] == "agents":
+        return float((row.get("agent_requests_by_kind") or {}).get("pdbs.get") or 0)
+    if row["drainer"] in ("central", "central50"):
+        return max(0.0, (float(row["requests_per_pod"]) - 1.0) * float(row["pods_out"]) - 3.0 * float(row["nodes"]))
+    return 0.0
+
+
 def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
     """The costs from bench.fleet's rows: the server's CPU (API server + etcd) in each row as
-    ``per_pod x pods out + per_request x (every other request: the drainer's beyond one eviction
-    per pod, and the lease renewals)``, fitted by least squares over the rows (``per_pod`` split
-    evenly between the eviction and what follows it: the kubelet's DELETE, the PDB status write,
-    the watch events); the agents' requests beyond their evictions per node and per pod by least
-    squares too (``per_node_and_per_pod``), their own CPU per pod the rows' median. ``core_share`` 1: a whole core for the server (``compare`` puts each row's own in)."""
+    ``per_pod x pods out + per_read x GETs by name + per_request x (every other request: the
+    drainer's beyond one eviction per pod and its reads, and the lease renewals)``, fitted by least
+    squares over the rows (``per_pod`` split evenly between the eviction and what follows it: the
+    kubelet's DELETE, the PDB status write, the watch events); a read is priced apart because
+    a GET of one key is far cheaper than a write, and a drain may send several a pod. Where the
+    rows cannot tell the three apart (or one comes out below 0), reads are priced as any request.
+    The agents' requests beyond their evictions per node and per pod by least squares too
+    (``per_node_and_per_pod``), their own CPU per pod the rows' median. ``core_share`` 1: a whole
+    core for the server (``compare`` puts each row's own in)."""
     used = [r for r in rows if not r.get("error") and r.get("pods_out") and r.get("requests_per_pod") is not None
             and r.get("drainer") != "kubectl"]     # kubectl's request count is the server's, background included
     if not used:
@@ -606,39 +623,60 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
     xs, ys, extra = [], [], []
     for r in used:
         cpu = r["cpu_s"]
-        others = max(0.0, r["requests_per_pod"] - 1.0) * r["pods_out"] + ((r.get("lease") or {}).get("renewals") or 0)
-        xs.append((float(r["pods_out"]), others))
+        reads = _reads(r)
+        others = max(0.0, (r["requests_per_pod"] - 1.0) * r["pods_out"] - reads) + \
+            ((r.get("lease") or {}).get("renewals") or 0)
+        xs.append((float(r["pods_out"]), reads, others))
         ys.append(cpu["kube-apiserver"] + cpu["etcd"])
         if r["drainer"] == "agents":
             # The agents' requests beyond one eviction per pod: some per node (cordon, condition, taint,
-            # discovery, the lists and watches), some per pod (relists, confirmations, retries).
+            # discovery, the lists and watches), some per pod (PDB reads, confirmations, retries).
             extra.append((float(r["nodes"]), float(r["pods_out"]), (r["requests_per_pod"] - 1.0) * r["pods_out"]))
-    fit = least_squares([(a, b, y) for (a, b), y in zip(xs, ys, strict=True)])
-    if fit is None or fit[1] <= 0:   # the rows cannot tell the two apart: every request's cost in the pod's
-        per_pod = sum(a * y for (a, _), y in zip(xs, ys, strict=True)) / sum(a * a for a, _ in xs)
-        per_req = base.request * 0.1
+    fit3 = least_squares_n([([a, b, c], y) for (a, b, c), y in zip(xs, ys, strict=True)])
+    if fit3 is not None and min(fit3) > 0:
+        per_pod, per_read, per_req = fit3
     else:
-        per_pod, per_req = fit
+        fit = least_squares([(a, b + c, y) for (a, b, c), y in zip(xs, ys, strict=True)])
+        if fit is None or fit[1] <= 0:   # the rows cannot tell the two apart: every request's cost in the pod's
+            per_pod = sum(a * y for (a, _, _), y in zip(xs, ys, strict=True)) / sum(a * a for a, _, _ in xs)
+            per_req = base.request * 0.1
+        else:
+            per_pod, per_req = fit
+        per_read = per_req
     agent_cpu = sorted(r["agent_cpu_s_per_pod"] for r in used if r.get("agent_cpu_s_per_pod"))
     setup, per_pod_extra = per_node_and_per_pod(extra) if extra else (float(base.agent_setup), base.agent_extra_per_pod)
     return replace(base, eviction=round(per_pod / 2, 5), pod_gone=round(per_pod / 2, 5), request=round(per_req, 5),
-                   lease=round(per_req, 5), core_share=1.0, agent_setup=max(1, round(setup)),
+                   read=round(per_read, 5), lease=round(per_req, 5), core_share=1.0, agent_setup=max(1, round(setup)),
                    agent_extra_per_pod=round(per_pod_extra, 3),
                    agent_cpu_per_pod=round(agent_cpu[len(agent_cpu) // 2], 4) if agent_cpu else 0.0)
+
+
+def least_squares_n(rows: list[tuple[list[float], float]]) -> list[float] | None:
+    """The coefficients p minimising the squared error of ``y = sum(p_i x_i)`` over (x, y) rows (the
+    normal equations, solved by Gaussian elimination with partial pivoting); None when the rows
+    cannot tell the x_i apart."""
+    if not rows:
+        return None
+    n = len(rows[0][0])
+    m = [[sum(x[i] * x[j] for x, _ in rows) for j in range(n)] + [sum(x[i] * y for x, y in rows)] for i in range(n)]
+    scale = max((abs(v) for row in m for v in row[:n]), default=0.0)
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) <= 1e-12 * max(scale, 1e-300):
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[col], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
 
 
 def least_squares(rows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
     """(p, q) minimising the squared error of ``y = p x a + q x b`` over (a, b, y) rows; None when
     the rows cannot tell a from b."""
-    saa = sum(a * a for a, _, _ in rows)
-    sab = sum(a * b for a, b, _ in rows)
-    sbb = sum(b * b for _, b, _ in rows)
-    say = sum(a * y for a, _, y in rows)
-    sby = sum(b * y for _, b, y in rows)
-    det = saa * sbb - sab * sab
-    if abs(det) < 1e-12:
-        return None
-    return (say * sbb - sby * sab) / det, (sby * saa - say * sab) / det
+    fit = least_squares_n([([a, b], y) for a, b, y in rows])
+    return None if fit is None else (fit[0], fit[1])
 
 
 def per_node_and_per_pod(rows: list[tuple[float, float, float]]) -> tuple[float, float]:

@@ -3,6 +3,7 @@ queuing, the shared core, and the drains built on them."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -137,12 +138,32 @@ def test_the_fit_recovers_the_per_pod_and_per_request_costs_the_rows_were_made_w
     costs = fit_costs(rows)
     assert costs.eviction + costs.pod_gone == pytest.approx(per_pod, rel=1e-3)
     assert costs.request == pytest.approx(per_req, rel=1e-3) and costs.lease == costs.request
+    assert costs.read == costs.request   # no row sent a read: nothing to tell its price apart
     assert costs.agent_cpu_per_pod == 0.01 and costs.core_share == 1.0
     side = compare(rows[0], costs)
     assert (side["server_core"], side["client_core"]) == (0.5, 0.75)   # what others left of each core
     assert side["evictions_per_s"]["measured"] == 25.0 and side["evictions_per_s"]["model"] is not None
     with pytest.raises(ValueError):
         fit_costs([])
+
+
+def test_reads_by_name_are_priced_apart_from_other_requests_where_the_rows_tell_them_apart():
+    per_pod, per_read, per_req = 0.008, 0.0004, 0.003
+    rows = []
+    for pods, rpp, leases, reads in ((300, 1.3, 12, 0), (1200, 3.0, 100, 2000), (3000, 1.1, 500, 0),
+                                     (600, 4.0, 40, 1500), (900, 2.5, 60, 1000)):
+        others = (rpp - 1) * pods - reads + leases
+        row = _row(pods, rpp, leases, per_pod * pods + per_read * reads + per_req * others)
+        rows.append(dict(row, agent_requests_by_kind={"eviction": pods, "pdbs.get": reads}))
+    costs = fit_costs(rows)
+    assert costs.eviction + costs.pod_gone == pytest.approx(per_pod, rel=1e-3)
+    assert costs.read == pytest.approx(per_read, rel=1e-2)
+    assert costs.request == pytest.approx(per_req, rel=1e-3)
+    # The model's agents pay the read's price for their requests per pod, not a write's.
+    cheap = simulate(Hall(50, 30.0, horizon_s=60.0, leases=False), replace(costs, agent_extra_per_pod=3.0))
+    dear = simulate(Hall(50, 30.0, horizon_s=60.0, leases=False),
+                    replace(costs, agent_extra_per_pod=3.0, read=costs.request * 10))
+    assert cheap.extra["server_busy_s"] < dear.extra["server_busy_s"]
 
 
 def test_the_agents_window_halves_on_apf_rejections_so_an_overloaded_level_rejects_far_less():
