@@ -234,6 +234,16 @@ def test_a_pdb_whose_reads_fail_is_left_to_the_server_and_said(kube, drains):
     assert d.state() is None and not d.events("agent.thread_restarted")
 
 
+def _delete_the_pdb_and_see_its_pod_evicted(kube, d: Drain) -> None:
+    """The PDB "db" holding db-0 is deleted: the drain evicts the pod, once, and is done."""
+    req = urllib.request.Request(kube.url + "/apis/policy/v1/namespaces/default/poddisruptionbudgets/db",
+                                 method="DELETE")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    d.wait_state("done", timeout=20.0)
+    assert [(n, s) for _, n, s in kube.evictions()] == [("db-0", 201)]
+
+
 IMPOSTOR = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": "other", "namespace": "default", "resourceVersion": "99"},
             "spec": {"selector": {"matchLabels": {"app": "db"}}},
@@ -270,12 +280,7 @@ def test_a_pdb_deleted_while_a_pod_waits_on_it_frees_the_pod(kube, drains):
     d = start(kube, drains, evict_s=40.0)
     wait_for(lambda: any(e["path"].endswith("/poddisruptionbudgets/db") for e in kube.requests()), 10, "a read")
     assert kube.evictions() == []
-    req = urllib.request.Request(kube.url + "/apis/policy/v1/namespaces/default/poddisruptionbudgets/db",
-                                 method="DELETE")
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        assert resp.status == 200
-    d.wait_state("done", timeout=20.0)
-    assert [(n, s) for _, n, s in kube.evictions()] == [("db-0", 201)]
+    _delete_the_pdb_and_see_its_pod_evicted(kube, d)
 
 
 def test_two_nodes_drained_at_once_reading_their_shared_pdb_by_name_both_empty_within_its_room(kube, drains):
@@ -322,12 +327,7 @@ def test_a_drain_stopped_while_it_reads_by_name_reads_no_more_and_its_restart_re
     wait_for(lambda: any(r.name == "drain.pdb_watch_dropped" for r in again.reports if isinstance(r, Log))
              and len(reads()) > stopped_reads, 15, "the restarted drain reading by name")
     assert kube.evictions() == []
-    req = urllib.request.Request(kube.url + "/apis/policy/v1/namespaces/default/poddisruptionbudgets/db",
-                                 method="DELETE")
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        assert resp.status == 200
-    again.wait_state("done", timeout=20.0)
-    assert [(n, s) for _, n, s in kube.evictions()] == [("db-0", 201)]
+    _delete_the_pdb_and_see_its_pod_evicted(kube, again)
 
 
 def test_a_server_ignoring_the_field_selector_cannot_make_us_evict_elsewhere(kube, drains):
