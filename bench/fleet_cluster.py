@@ -8,8 +8,9 @@ in the cluster twice per turn, which at 15,000 pods would be most of what the AP
 real kubelet and disruption controller work from informers instead, and so does this one: one watch
 of all pods keeps a cache (it is also the bench's observer: the moment each node's last pod is gone
 is its "empty" time, the same for every drainer), and each turn only finishes what is terminating
-and recomputes the PDBs of namespaces whose pods changed. Kubelets run in parallel, as the real
-ones do on their own nodes (``KUBELETS`` threads, one client each).
+and recomputes the PDBs of namespaces whose pods changed. The kubelets (``Kubelets``) are one per
+node, as in a hall: each finishes its own node's terminating pods as its node identity, beside every
+other node's and apart from the disruption controller's turn.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
@@ -30,8 +32,8 @@ from tests.rigs.kube_real_objects import FakeControlPlane, KubeClient, pdb_statu
 from tests.rigs.kube_real_rig import RealApiServer
 
 Obj = dict[str, Any]
-KUBELETS = 32              # the real ones run one per node
 DISRUPTION_WORKERS = 8
+KUBELET_RETRY_S = 1.0      # after an answer that is not the pod's end (APF's 429, no answer, a 5xx)
 WATCH_TIMEOUT_S = 600
 
 
@@ -124,11 +126,15 @@ class PodCache:
         with self.lock:
             return self.per_node.get(node, 0)
 
-    def take(self) -> tuple[list[Obj], set[str]]:
-        """(the terminating pods, the namespaces whose pods changed since the last take)."""
+    def terminating_pods(self) -> list[Obj]:
+        with self.lock:
+            return list(self.terminating.values())
+
+    def take_dirty(self) -> set[str]:
+        """The namespaces whose pods changed since the last take."""
         with self.lock:
             dirty, self.dirty = self.dirty, set()
-            return list(self.terminating.values()), dirty
+            return dirty
 
     def take_gone_since(self, namespaces: Iterable[str]) -> dict[str, float]:
         """For each of ``namespaces`` that lost a pod since its PDBs were last written, since when."""
@@ -226,8 +232,9 @@ class PodInformer:
 class _Answer:
     """What ``FakeControlPlane._finish`` / ``_put_status`` read of an answer (as of requests')."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.status_code, self.ok, self._body = status, 200 <= status < 400, body
+        self.headers = headers or {}
 
     @property
     def text(self) -> str:
@@ -237,13 +244,14 @@ class _Answer:
 class LightClient:
     """``KubeClient.request`` over the stdlib client (``common.http``: http.client, keep-alive) and
     ujson: the kubelets' DELETEs and the controller's status PUTs cost the harness a fraction of
-    what ``requests`` does (real ones speak client-go, cheaper still). Not thread-safe."""
+    what ``requests`` does (real ones speak client-go, cheaper still). As the admin, or as ``token``'s
+    identity (a kubelet's node). Not thread-safe."""
 
-    def __init__(self, server: RealApiServer) -> None:
+    def __init__(self, server: RealApiServer, token: str | None = None) -> None:
         assert server.admin is not None
         self._http = HttpClient(server.url, timeout_s=30.0, max_body=16 << 20,
                                 tls=TlsFiles(ca_file=str(server.ca_file)))
-        self._headers = {"Authorization": f"Bearer {server.admin.token}", "Accept": "application/json"}
+        self._headers = {"Authorization": f"Bearer {token or server.admin.token}", "Accept": "application/json"}
 
     def request(self, method: str, path: str, body: Obj | None = None, **_: Any) -> _Answer:
         headers, data = dict(self._headers), None
@@ -253,7 +261,95 @@ class LightClient:
             resp = self._http.request(method, path, headers=headers, body=data)
         except HttpError as e:
             return _Answer(0, str(e).encode())
-        return _Answer(resp.status, resp.body)
+        return _Answer(resp.status, resp.body, resp.headers)
+
+
+class Kubelets:
+    """The hall's kubelets, one per node (``submit`` a terminating pod to its node's): each finishes its
+    own node's pods one at a time -- a DELETE with grace 0 and the pod's uid as precondition, what a
+    kubelet's status manager sends once the containers have stopped (pkg/kubelet/status
+    ``status_manager.go``, ``syncPod`` and ``canBeDeleted``) -- as its node identity
+    ``system:node:<name>``. The built-in system-nodes FlowSchema puts that in the ``system`` priority
+    level beside the Leases (deploy/kubernetes's FlowSchema takes no pod DELETE of a node), so under
+    load it queues there and may be refused (429) as a real kubelet's is; an answer that is not the
+    pod's end is tried again ``KUBELET_RETRY_S`` later (the Retry-After if longer), as the status
+    manager's resync does. Every node's kubelet runs beside the others', and none waits for the
+    disruption controller's writes (they are separate components). Until round 11, 32 threads as the
+    admin (exempt from APF) finished every node's pods, and only between the disruption controller's
+    turns: at 440 nodes a pod waited 17 s on average to be deleted, a limit of the harness and not of a
+    hall. Left out: the kubelet's client rate limit (``kubeAPIQPS`` 5, burst 10) and its status PATCH
+    before the DELETE."""
+
+    def __init__(self, server: RealApiServer, on_request: Callable[[], None],
+                 errors: list[str], stopping: threading.Event) -> None:
+        self.server = server
+        self._on_request, self._errors, self._stopping = on_request, errors, stopping
+        self._lock = threading.Lock()
+        self._queued: dict[str, deque[Obj]] = {}    # node -> its pods its kubelet has still to finish
+        self._busy: set[str] = set()                # nodes whose kubelet is at work
+        self._seen: set[str] = set()                # uids ever submitted
+        self._clients: dict[str, LightClient] = {}  # node -> its kubelet's client (used by one thread at a time)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(server.nodes)), thread_name_prefix="kubelet")
+
+    def submit(self, pods: Iterable[Obj]) -> None:
+        start = []
+        with self._lock:
+            for pod in pods:
+                uid = pod["metadata"]["uid"]
+                if uid in self._seen:
+                    continue
+                self._seen.add(uid)
+                node = (pod.get("spec") or {}).get("nodeName") or ""
+                self._queued.setdefault(node, deque()).append(pod)
+                if node not in self._busy:
+                    self._busy.add(node)
+                    start.append(node)
+        for node in start:
+            self._pool.submit(self._run, node)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self, node: str) -> None:
+        while not self._stopping.is_set():
+            with self._lock:
+                queue = self._queued.get(node)
+                if not queue:
+                    self._busy.discard(node)
+                    return
+                pod = queue.popleft()
+            self._finish(node, pod)
+
+    def _client(self, node: str) -> LightClient:
+        client = self._clients.get(node)
+        if client is None:
+            ident = self.server.nodes.get(node)
+            client = self._clients[node] = LightClient(self.server, ident.token if ident else None)
+        return client
+
+    def _finish(self, node: str, pod: Obj) -> None:
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": meta["uid"]}}
+        while not self._stopping.is_set():
+            self._on_request()
+            resp = self._client(node).request("DELETE", path, body)
+            if resp.ok or resp.status_code in (404, 409):    # gone already / replaced by a new pod of that name
+                return
+            if resp.status_code in {429, 0} or resp.status_code >= 500:
+                self._stopping.wait(max(KUBELET_RETRY_S, retry_after_s(resp.headers)))
+                continue
+            self._errors.append(f"kubelet {node} finish {meta['name']}: {resp.status_code} {resp.text[:200]}")
+            return
+
+
+def retry_after_s(headers: dict[str, str]) -> float:
+    """The Retry-After of an answer in seconds (0 when absent or not a number of seconds)."""
+    try:
+        return max(0.0, float(headers.get("retry-after", "0")))
+    except ValueError:
+        return 0.0
 
 
 class FleetControlPlane(FakeControlPlane):
@@ -264,10 +360,11 @@ class FleetControlPlane(FakeControlPlane):
         self.server = server
         self.cache = PodCache()
         self.requests = 0      # what the control plane itself sent (subtracted from the server's count)
-        self._kubelets = ThreadPoolExecutor(max_workers=KUBELETS, thread_name_prefix="kubelet")
+        self._kubelets_stop = threading.Event()
+        self.kubelets = Kubelets(server, self._count_request, self.errors, self._kubelets_stop)
+        self._kubelet_thread = threading.Thread(target=self._kubelet_loop, name="kubelets", daemon=True)
         self._disruption_pool = ThreadPoolExecutor(max_workers=DISRUPTION_WORKERS, thread_name_prefix="disruption")
         self._local = threading.local()
-        self._finishing: set[str] = set()
         self.pdbs = PdbCache()
         self.controller_turns = Turns()
         self._informers = (PodInformer(server, self.cache),
@@ -276,22 +373,38 @@ class FleetControlPlane(FakeControlPlane):
     def start(self) -> FleetControlPlane:
         for informer in self._informers:
             informer.start()
+        self._kubelet_thread.start()
         super().start()
         return self
 
     def stop(self) -> None:
         for informer in self._informers:
             informer.stop()
+        self._kubelets_stop.set()
+        self.cache.changed.set()
+        self._kubelet_thread.join(10)
         super().stop()
-        self._kubelets.shutdown(wait=True, cancel_futures=True)
+        self.kubelets.shutdown()
         self._disruption_pool.shutdown(wait=True, cancel_futures=True)
 
-    # -- one turn ------------------------------------------------------------------------------
+    def _count_request(self) -> None:
+        with self.cache.lock:
+            self.requests += 1
+
+    def _kubelet_loop(self) -> None:
+        """Each terminating pod to its node's kubelet as soon as the pod watch shows it."""
+        while not self._kubelets_stop.is_set():
+            self.cache.changed.wait(self._interval)
+            self.cache.changed.clear()
+            try:
+                self.kubelets.submit(pods_to_finish(self.cache.terminating_pods()))
+            except Exception as exc:  # noqa: BLE001 -- said in the errors the bench reports, not a silent end
+                self.errors.append(f"kubelets: {exc!r}")
+            self._kubelets_stop.wait(0.01)     # a burst of watch events is one pass, not one each
+
+    # -- the disruption controller's turn --------------------------------------------------------
     def step(self, client: KubeClient) -> None:
-        terminating, dirty = self.cache.take()
-        for pod in pods_to_finish(terminating):
-            self._kubelets.submit(self._finish_once, pod)
-        todo = self.pdbs.take(dirty)
+        todo = self.pdbs.take(self.cache.take_dirty())
         if not todo:
             return
         by_ns = self.cache.in_namespaces(todo)
@@ -314,18 +427,8 @@ class FleetControlPlane(FakeControlPlane):
         return client
 
     def _put_one(self, pdb: Obj, status: Obj) -> None:
-        with self.cache.lock:
-            self.requests += 1
+        self._count_request()
         self._put_status(self._client(), pdb, status)
-
-    def _finish_once(self, pod: Obj) -> None:
-        uid = pod["metadata"]["uid"]
-        with self.cache.lock:
-            if uid in self._finishing:
-                return
-            self._finishing.add(uid)
-            self.requests += 1
-        self._finish(self._client(), pod)
 
 
 def mean_turns(before: tuple[float, float, float, float],
