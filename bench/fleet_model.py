@@ -37,6 +37,12 @@ What is modelled (pure core: ``simulate`` takes plain data and returns plain dat
   a GET per pod per second until it is gone.
 - **Leases**: every node's kubelet PUTs its Lease every 10 s (system level); the model reports
   their latency.
+- **The disruption controller**, two ways (``Hall.controller_qps``): bench.fleet's (room back in a PDB
+  ``Costs.controller_s`` after each pod is gone: its fake controller writes with 8 workers and no
+  client limit, so the bench measures the API server and not the controller), or 1.20's, for the
+  predictions (``--control-planes``): one worker (pkg/controller/disruption ``Run``), its own client at
+  kube-controller-manager's default 20 requests a second (burst 30), a PDB queued once however often
+  its pods change, each write giving back every pod gone under it since its sync began.
 
 Left out (docs/kubernetes.md says so): watches (long-running, outside APF; their events' cost is
 folded into the per-pod cost), etcd as a separate resource, the API server's memory and GC, the
@@ -60,6 +66,7 @@ SERVER_SEATS = 600          # --max-requests-inflight 400 + --max-mutating-reque
 PODS, PDBS, PODS_PER_PDB, ROOM = 30, 3, 10, 5
 LEASE_S = 10.0
 LINGER_S = 30.0             # executor/kube/runner.py: the agents stop this long past the deadline
+CONTROLLER_QPS_1_20, CONTROLLER_BURST = 20.0, 30   # kube-controller-manager --kube-api-qps / --kube-api-burst defaults
 IDEAL_SENDERS = 48
 AGENT_WORKERS = 8           # executor/kube/drain_spec.py WORKERS: the window's ceiling
 SLOW_FACTOR, SLOW_WINDOW, SLOW_FLOOR_S = 3.0, 32, 0.5   # executor/kube/pacing.py          # bench/fleet_ideal.py SENDERS (not imported: the model stays free of I/O modules)
@@ -116,6 +123,9 @@ class Hall:
                                        # bench.fleet's ideal drainer: its SENDERS threads)
     setup: bool = True                 # False: no request before the first eviction (the ideal drainer)
     aimd: bool = True                  # the agents' eviction window (False: the ideal drainer's exact pacing only)
+    controller_qps: float = 0.0        # 0: the bench's disruption controller (room back ``controller_s`` after each
+                                       # pod); else 1.20's (see ``_Sim.on_controller``): one worker, its own client
+                                       # limited to this many requests a second (burst ``CONTROLLER_BURST``)
 
 
 @dataclass
@@ -336,6 +346,14 @@ class _Sim:
         self.in_node = [0] * n
         self.throttles = [0] * n
         self.fast: list[deque[float]] = [deque(maxlen=SLOW_WINDOW) for _ in range(n)]
+        # 1.20's disruption controller: its work queue of PDBs (a key queued once however often it is
+        # dirtied), the pods gone under each PDB since its last sync began, its own token bucket.
+        self.pdb_queue: deque[tuple[int, int]] = deque()
+        self.pdb_queued: set[tuple[int, int]] = set()
+        self.gone_unsynced: dict[tuple[int, int], int] = {}
+        self.controller_busy = False
+        self.ctl_tokens, self.ctl_token_t = float(CONTROLLER_BURST), 0.0
+        self.controller_writes = 0
 
     def at(self, t: float, kind: str, data: Any) -> None:
         self._seq += 1
@@ -511,6 +529,13 @@ class _Sim:
                 self.send(now, self._agent(node, "setup", req.cost, tag=req.tag - 1))
             else:
                 self._agent_evict_all(now, node)
+        elif req.kind == "pdb_status":
+            k, synced = req.tag
+            self.room[node][k] += synced
+            self.controller_busy = False
+            self._controller_next(now)
+            if self.hall.drainer == "agents":
+                self._agent_evict_all(now, node)
         elif req.kind == "eviction":
             self.at(now + self.costs.kubelet_s, "pod_gone", (node, req.tag, -1))
             if self.hall.aimd:
@@ -547,12 +572,43 @@ class _Sim:
             self.gone[node][j] = True
         if self.left[node] == 0:
             self.empty_at[node] = now
-        self.at(now + self.costs.controller_s, "room_back", (node, k, j))
+        if self.hall.controller_qps > 0:
+            key = (node, k)
+            self.gone_unsynced[key] = self.gone_unsynced.get(key, 0) + 1
+            if key not in self.pdb_queued:
+                self.pdb_queued.add(key)
+                self.pdb_queue.append(key)
+            self._controller_next(now)
+        else:
+            self.at(now + self.costs.controller_s, "room_back", (node, k, j))
         if j < 0:
             self.extra_owed[node] += self.costs.agent_extra_per_pod
             while self.extra_owed[node] >= 1.0:
                 self.extra_owed[node] -= 1.0
                 self.send(now, self._agent(node, "extra", self.costs.read))
+
+    # 1.20's disruption controller (pkg/controller/disruption/disruption.go: ``Run`` starts one
+    # ``dc.worker``; each sync of a PDB reads the pods from its informer and writes the status once; the
+    # controller's client has kube-controller-manager's --kube-api-qps 20 / --kube-api-burst 30 to
+    # itself). Its writes are the ``workload-high`` level's (the kube-controller-manager and
+    # kube-system service-account FlowSchemas of 1.20's bootstrap configuration).
+    def _controller_next(self, now: float) -> None:
+        if self.controller_busy or not self.pdb_queue:
+            return
+        self.controller_busy = True
+        qps = self.hall.controller_qps
+        self.ctl_tokens = min(float(CONTROLLER_BURST), self.ctl_tokens + (now - self.ctl_token_t) * qps)
+        self.ctl_token_t = now
+        self.ctl_tokens -= 1.0
+        self.at(now + max(0.0, -self.ctl_tokens / qps), "controller", None)
+
+    def on_controller(self, now: float, _: Any) -> None:
+        key = self.pdb_queue.popleft()
+        self.pdb_queued.discard(key)
+        synced = self.gone_unsynced.pop(key, 0)            # what its informer shows at the sync's start
+        self.controller_writes += 1
+        self.send(now, Request("system:serviceaccount:kube-system:disruption-controller", "workload-high",
+                               self.costs.request, "pdb_status", key[0], tag=(key[1], synced)))
 
     def on_room_back(self, now: float, data: tuple[int, int, int]) -> None:
         node, k, j = data
@@ -576,7 +632,8 @@ class _Sim:
                       p99_s=None if p99 == math.inf else round(p99, 2),
                       lease_p99_ms=round(1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1) if lat else None,
                       lease_failures=self.lease_fail, rejected=self.rejected, requests=self.sent, sent=self.sent,
-                      served=self.server.served, extra={"server_busy_s": round(self.server.busy_s, 1)})
+                      served=self.server.served, extra={"server_busy_s": round(self.server.busy_s, 1),
+                                                          "pdb_status_writes": self.controller_writes})
 
 
 def simulate(hall: Hall, costs: Costs, levels: tuple[Level, ...] = LEVELS_1_20) -> Result:
@@ -742,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cores", default="1,8",
                         help="the server's cores in the predictions: 1 is this machine's pinned core; a production "
                              "control plane has several")
+    parser.add_argument("--control-planes", default="bench,1.20",
+                        help="the disruption controller in the predictions: bench (bench.fleet's: room back "
+                             "controller_s after each pod) and/or 1.20 (one worker, 20 requests a second)")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for path in args.calibrate:
@@ -760,13 +820,17 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"costs": asdict(costs)}), flush=True)
     for row in rows:
         print(json.dumps({"calibration": compare(row, costs)}), flush=True)
-    for cores, n, d in ((float(c), int(n), float(d)) for c in args.server_cores.split(",")
-                        for n in args.nodes.split(",") for d in args.deadlines.split(",")):
+    planes = {"bench": 0.0, "1.20": CONTROLLER_QPS_1_20}
+    for plane, cores, n, d in ((p, float(c), int(n), float(d)) for p in args.control_planes.split(",")
+                               for c in args.server_cores.split(",")
+                               for n in args.nodes.split(",") for d in args.deadlines.split(",")):
         # The agents give up 30 s past the deadline (runner.LINGER_S); the central peers run on.
         for drainer, qps, burst, horizon in (("agents", 5.0, 10, d + LINGER_S), ("central", 5.0, 10, args.horizon),
                                              ("central", 50.0, 100, args.horizon)):
-            res = simulate(Hall(n, d, drainer, qps=qps, burst=burst, horizon_s=horizon), replace(costs, core_share=cores))
+            res = simulate(Hall(n, d, drainer, qps=qps, burst=burst, horizon_s=horizon,
+                                controller_qps=planes[plane]), replace(costs, core_share=cores))
             print(json.dumps({"model": {**asdict(res), "horizon_s": horizon, "server_cores": cores,
+                                        "control_plane": plane,
                                         "pods_out_by_deadline_share": round(res.pods_out_by_deadline_share, 4)}}),
                   flush=True)
     return 0

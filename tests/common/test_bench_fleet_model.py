@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from bench.fleet_model import (
+    CONTROLLER_BURST,
+    CONTROLLER_QPS_1_20,
     LEVELS_1_20,
     PODS,
     Costs,
@@ -187,3 +189,27 @@ def test_a_row_replays_with_the_control_plane_turn_arounds_it_measured():
     slow = compare(dict(row, control_plane={"kubelet_s": 1.5, "controller_s": 1.5}), costs)
     assert slow["control_plane"] == {"kubelet_s": 1.5, "controller_s": 1.5} and quick["control_plane"] is None
     assert slow["evictions_per_s"]["model"] < quick["evictions_per_s"]["model"]
+
+
+def test_1_20_s_disruption_controller_writes_at_its_client_s_rate_and_each_write_gives_back_every_pod_it_saw():
+    """One worker, 20 requests a second (burst 30): room comes back only as fast as it writes, a write
+    answers every pod gone under that PDB since its sync began, and no pod is lost or evicted twice."""
+    costs = Costs(eviction=0.0005, pod_gone=0.0005, request=0.0005, lease=0.0005, core_share=1.0)
+    hall = Hall(100, 30.0, horizon_s=600.0, leases=False)
+    bench = simulate(hall, costs)
+    real = simulate(replace(hall, controller_qps=CONTROLLER_QPS_1_20), costs)
+    assert real.pods_out == bench.pods_out == 100 * PODS             # every pod goes, once
+    assert real.time_to_drain_all_s is not None and bench.time_to_drain_all_s is not None
+    writes = real.extra["pdb_status_writes"]
+    assert writes <= CONTROLLER_BURST + CONTROLLER_QPS_1_20 * real.time_to_drain_all_s + 1
+    assert writes < real.pods_out                                     # coalesced: one write answers many pods
+    # The server here is fast: the controller is what holds the drain back.
+    assert real.time_to_drain_all_s > 2 * bench.time_to_drain_all_s
+
+
+def test_1_20_s_controller_frees_the_central_peer_s_room_without_starting_agents():
+    costs = Costs(eviction=0.001, pod_gone=0.001, request=0.001, lease=0.001, core_share=1.0)
+    res = simulate(Hall(10, 30.0, "central", qps=50.0, burst=100, horizon_s=600.0, leases=False,
+                        controller_qps=CONTROLLER_QPS_1_20), costs)
+    assert res.pods_out == 10 * PODS and res.time_to_drain_all_s is not None
+    assert res.extra["pdb_status_writes"] > 0
