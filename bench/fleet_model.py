@@ -670,8 +670,9 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
     kubelet's DELETE, the PDB status write, the watch events); a read is priced apart because
     a GET of one key is far cheaper than a write, and a drain may send several a pod. Where the
     rows cannot tell the three apart (or one comes out below 0), reads are priced as any request.
-    The agents' requests beyond their evictions per node and per pod by least squares too
-    (``per_node_and_per_pod``), their own CPU per pod the rows' median. ``core_share`` 1: a whole
+    The agents' requests beyond their evictions per node and per pod counted from their requests by
+    kind (``agent_requests_counted``; by least squares, ``per_node_and_per_pod``, from rows without
+    the counts), their own CPU per pod the rows' median. ``core_share`` 1: a whole
     core for the server (``compare`` puts each row's own in)."""
     used = [r for r in rows if not r.get("error") and r.get("pods_out") and r.get("requests_per_pod") is not None
             and r.get("drainer") != "kubectl"]     # kubectl's request count is the server's, background included
@@ -701,11 +702,42 @@ def fit_costs(rows: list[dict[str, Any]], base: Costs = Costs()) -> Costs:
             per_pod, per_req = fit
         per_read = per_req
     agent_cpu = sorted(r["agent_cpu_s_per_pod"] for r in used if r.get("agent_cpu_s_per_pod"))
-    setup, per_pod_extra = per_node_and_per_pod(extra) if extra else (float(base.agent_setup), base.agent_extra_per_pod)
+    counted = agent_requests_counted(used)
+    if counted is not None:
+        setup, per_pod_extra = counted
+    else:
+        setup, per_pod_extra = per_node_and_per_pod(extra) if extra else (float(base.agent_setup),
+                                                                          base.agent_extra_per_pod)
     return replace(base, eviction=round(per_pod / 2, 5), pod_gone=round(per_pod / 2, 5), request=round(per_req, 5),
                    read=round(per_read, 5), lease=round(per_req, 5), core_share=1.0, agent_setup=max(1, round(setup)),
                    agent_extra_per_pod=round(per_pod_extra, 3),
                    agent_cpu_per_pod=round(agent_cpu[len(agent_cpu) // 2], 4) if agent_cpu else 0.0)
+
+
+# What a drain sends before its first eviction (bench/fleet_agents.py ``request_kind``): the Node's GET,
+# PATCHes and condition, discovery, the pod list and watch, the PDB lists and watches.
+SETUP_KINDS = frozenset({"node.get", "node.patch", "node.patch.status", "GET /api/v1", "pods.list.cache",
+                         "pods.watch", "pdbs.list", "pdbs.watch"})
+
+
+def agent_requests_counted(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """(requests a node before its evictions, further requests a pod out), counted from the agents'
+    rows' requests by kind (the median over the rows): a setup kind is counted whatever its answer;
+    every other request but an accepted eviction -- PDB reads, confirmations, refused or unanswered
+    evictions -- is a further one. None when no row has the counts (``per_node_and_per_pod`` fits
+    them then)."""
+    per_node, per_pod = [], []
+    for r in rows:
+        kinds = r.get("agent_requests_by_kind")
+        if r.get("drainer") != "agents" or not kinds or not r.get("nodes") or not r.get("pods_out"):
+            continue
+        setup = sum(n for kind, n in kinds.items() if kind.split(" -> ")[0] in SETUP_KINDS)
+        rest = sum(kinds.values()) - setup - kinds.get("eviction", 0)
+        per_node.append(setup / r["nodes"])
+        per_pod.append(rest / r["pods_out"])
+    if not per_node:
+        return None
+    return sorted(per_node)[len(per_node) // 2], sorted(per_pod)[len(per_pod) // 2]
 
 
 def least_squares_n(rows: list[tuple[list[float], float]]) -> list[float] | None:

@@ -213,3 +213,26 @@ def test_1_20_s_controller_frees_the_central_peer_s_room_without_starting_agents
                         controller_qps=CONTROLLER_QPS_1_20), costs)
     assert res.pods_out == 10 * PODS and res.time_to_drain_all_s is not None
     assert res.extra["pdb_status_writes"] > 0
+
+
+def test_the_agents_requests_a_node_before_their_evictions_and_a_pod_after_are_counted_by_kind():
+    """Not fitted: a least-squares split of the rows' requests into a part a node and a part a pod
+    gave 1 to 6 requests a node on round 10 and 11's runs, where every drain sent 9 before its first
+    eviction."""
+    per_pod, per_read, per_req = 0.008, 0.0004, 0.003
+    ideal = dict(_row(3000, 1.0, 200, per_pod * 3000 + per_req * 200), drainer="ideal", label="ideal probe")
+    rows = [ideal]
+    for pods, leases, reads, nodes in ((3300, 220, 500, 110), (6600, 440, 3000, 220), (2100, 880, 40, 440)):
+        kinds = {"eviction": pods, "pdbs.get": reads, "eviction -> 429": 7, "pods.list.not_older_than": nodes,
+                 "node.get": nodes, "node.patch": 2 * nodes, "node.patch.status": nodes, "GET /api/v1": nodes,
+                 "pods.list.cache": nodes, "pods.watch": nodes, "pdbs.list": nodes, "pdbs.watch -> 0": nodes}
+        others = sum(kinds.values()) - pods - reads + leases
+        row = dict(_row(pods, sum(kinds.values()) / pods, leases, per_pod * pods + per_read * reads + per_req * others),
+                   nodes=nodes, agent_requests_by_kind=kinds)
+        rows.append(row)
+    costs = fit_costs(rows)
+    assert costs.eviction + costs.pod_gone == pytest.approx(per_pod, rel=1e-3)
+    assert costs.read == pytest.approx(per_read, rel=1e-2) and costs.request == pytest.approx(per_req, rel=1e-3)
+    assert costs.agent_setup == 9                        # 9 setup requests a node, an unanswered one included
+    # Further requests a pod: reads, the refused evictions and the confirmations; the rows' median.
+    assert costs.agent_extra_per_pod == pytest.approx((40 + 7 + 440) / 2100, abs=1e-3)
