@@ -318,7 +318,10 @@ class Kubelets:
                     self._busy.discard(node)
                     return
                 pod = queue.popleft()
-            self._finish(node, pod)
+            try:
+                self._finish(node, pod)
+            except Exception as exc:  # noqa: BLE001 -- said in the errors the bench reports; the node's next pods go on
+                self._errors.append(f"kubelet {node}: {exc!r}")
 
     def _client(self, node: str) -> LightClient:
         client = self._clients.get(node)

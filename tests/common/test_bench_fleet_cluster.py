@@ -112,3 +112,24 @@ def test_a_kubelet_tries_again_after_a_throttle_or_no_answer_and_says_what_it_ca
 @pytest.mark.parametrize(("value", "seconds"), [("3", 3.0), ("0", 0.0), (None, 0.0), ("soon", 0.0), ("-2", 0.0)])
 def test_retry_after_reads_seconds_and_nothing_else(value: str | None, seconds: float) -> None:
     assert retry_after_s({} if value is None else {"retry-after": value}) == seconds
+
+
+def test_a_kubelet_whose_delete_raises_says_so_and_goes_on_with_its_node_s_next_pods() -> None:
+    kubelets, log, errors = _kubelets()
+    real = kubelets._client
+
+    class _Broken:
+        def request(self, *_: Any, **__: Any) -> _Answer:
+            raise ValueError("a body the client could not read")
+
+    calls = {"n": 0}
+
+    def client(node: str) -> Any:
+        calls["n"] += 1
+        return _Broken() if calls["n"] == 1 else real(node)
+    kubelets._client = client   # type: ignore[assignment,method-assign]
+    kubelets.submit([_terminating_pod("a0", "a"), _terminating_pod("a1", "a")])
+    wait_for(lambda: len(log) >= 1, timeout=10, what="a1's DELETE after a0's raised")
+    kubelets.shutdown()
+    assert [name for _, name, _, _ in log] == ["a1"]
+    assert len(errors) == 1 and "ValueError" in errors[0]
