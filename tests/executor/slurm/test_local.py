@@ -20,7 +20,9 @@ from tests.support.procutil import pid_alive
 from tests.support.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-CONF = "/nonexistent/sco-test/slurm.conf"
+# Unique to this test process: the /proc scan sees every process on the machine, and the CI runs its
+# Python tiers side by side -- with one shared path, two runs of a test found each other's jobs.
+CONF = f"/nonexistent/sco-test-{os.getpid()}/slurm.conf"
 NODE = "n1"
 # The batch shell: a process-group leader whose children share its group.
 SHELL = "sleep 60 & sleep 60 & wait"
