@@ -27,6 +27,7 @@ import ujson
 
 from bench.worker_life import exit_with_parent
 from common.http import HttpClient, HttpError, TlsFiles
+from executor.kube import pacing
 from executor.kube.watch_stream import WatchStream
 from tests.rigs.kube_real_objects import FakeControlPlane, KubeClient, pdb_status, pods_to_finish
 from tests.rigs.kube_real_rig import RealApiServer
@@ -348,11 +349,9 @@ class Kubelets:
 
 
 def retry_after_s(headers: dict[str, str]) -> float:
-    """The Retry-After of an answer in seconds (0 when absent or not a number of seconds)."""
-    try:
-        return max(0.0, float(headers.get("retry-after", "0")))
-    except ValueError:
-        return 0.0
+    """The Retry-After of an answer in seconds, as the agent reads it (``pacing.retry_after_s``); 0 when
+    absent or not a number of seconds."""
+    return pacing.retry_after_s(headers.get("retry-after")) or 0.0
 
 
 class FleetControlPlane(FakeControlPlane):

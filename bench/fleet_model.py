@@ -303,6 +303,13 @@ class Server:
         return done
 
 
+def take_token(tokens: float, since: float, now: float, qps: float, burst: int) -> tuple[float, float, float]:
+    """client-go's token bucket (flowcontrol.NewTokenBucketRateLimiter): refill at ``qps`` up to
+    ``burst`` since ``since``, take one. Returns (tokens left, now, how long the request waits)."""
+    tokens = min(float(burst), tokens + (now - since) * qps) - 1.0
+    return tokens, now, max(0.0, -tokens / qps)
+
+
 # -- the simulation ----------------------------------------------------------------------------------
 Worker = Generator[tuple[str, Any], Any, None]
 
@@ -476,10 +483,9 @@ class _Sim:
                     return
                 kind, cost, tag = arg
                 req = Request("central", "workload-low", cost, kind, w.node, tag=tag, on_done=w)
-                self.tokens = min(float(self.hall.burst), self.tokens + (now - self.token_t) * self.hall.qps)
-                self.token_t = now
-                self.tokens -= 1.0
-                self.at(now + max(0.0, -self.tokens / self.hall.qps), "central_go", req)
+                self.tokens, self.token_t, wait = take_token(self.tokens, self.token_t, now, self.hall.qps,
+                                                             self.hall.burst)
+                self.at(now + wait, "central_go", req)
                 return
         except StopIteration:
             return
@@ -596,11 +602,9 @@ class _Sim:
         if self.controller_busy or not self.pdb_queue:
             return
         self.controller_busy = True
-        qps = self.hall.controller_qps
-        self.ctl_tokens = min(float(CONTROLLER_BURST), self.ctl_tokens + (now - self.ctl_token_t) * qps)
-        self.ctl_token_t = now
-        self.ctl_tokens -= 1.0
-        self.at(now + max(0.0, -self.ctl_tokens / qps), "controller", None)
+        self.ctl_tokens, self.ctl_token_t, wait = take_token(self.ctl_tokens, self.ctl_token_t, now,
+                                                             self.hall.controller_qps, CONTROLLER_BURST)
+        self.at(now + wait, "controller", None)
 
     def on_controller(self, now: float, _: Any) -> None:
         key = self.pdb_queue.popleft()
@@ -853,6 +857,9 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(json.dumps({"calibration": compare(row, costs)}), flush=True)
     planes = {"bench": 0.0, "1.20": CONTROLLER_QPS_1_20}
+    unknown = set(args.control_planes.split(",")) - set(planes)
+    if unknown:
+        parser.error(f"--control-planes: unknown {sorted(unknown)} (known: {sorted(planes)})")
     for plane, cores, n, d in ((p, float(c), int(n), float(d)) for p in args.control_planes.split(",")
                                for c in args.server_cores.split(",")
                                for n in args.nodes.split(",") for d in args.deadlines.split(",")):
