@@ -11,10 +11,13 @@ identity ``system:node:<name>``, so the built-in ``system-nodes`` FlowSchema put
 the agents drain.
 
 ``LeaseRenewers`` runs the renewals of a set of nodes in a spawned process of its own at nice -10
-(the kubelets are on their nodes, not in the agents' interpreter or behind their CPU), each node due every 10 s from its
-own random phase, and records every attempt: when it was sent (wall clock, to place it in the
-drain window), its latency and status, and how late it went out (a renewer thread busy with a
-slow answer delays the next one; reported too, so a slow client is not taken for a slow server).
+(the kubelets are on their nodes, not in the agents' interpreter or behind their CPU): a thread
+and a connection per node, as every kubelet has its own, each node due every 10 s from its own
+random phase. It records every attempt: when it was sent (wall clock, to place it in the drain
+window), its latency and status, and how late it went out. Until round 12, 48 threads shared the
+nodes, and at 1,000 nodes a slow answer held up the ~20 renewals queued behind it in its thread (the
+p99 lateness reached 47 s, and a renewal that late is a node NotReady for the bench's own reason);
+with a thread a node, lateness is only a node's own previous renewal and the process's CPU.
 ``summary`` (pure) turns the attempts into the bench's figures.
 """
 from __future__ import annotations
@@ -35,9 +38,10 @@ from bench.worker_life import exit_with_parent
 from common.http import HttpClient, HttpError, TlsFiles
 
 RENEW_S = 10.0
+JITTER = 0.04
 LEASE_S = 40
 RETRIES = 5
-THREADS = 48
+STACK_BYTES = 256 << 10   # a renewer needs little stack; 1,000 of them at the default 8 MiB is 8 GiB of address space
 PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
@@ -92,42 +96,47 @@ def _renew(http: HttpClient, node: str, token: str, cache: dict[str, Any], due: 
             return
 
 
+def start_renewers(url: str, ca_file: str, tokens: dict[str, str], halt: threading.Event,
+                   seed: int = 7) -> tuple[list[threading.Thread], dict[str, list[Attempt]]]:
+    """A renewer thread per node of ``tokens``, started, each due first at a random phase of 10 s;
+    they run until ``halt`` is set. Returns the threads and every node's attempts (filled as they go)."""
+    rng = random.Random(seed)
+    start = time.monotonic()
+    attempts: dict[str, list[Attempt]] = {n: [] for n in tokens}
+
+    def run(node: str, due: float, jitter: random.Random) -> None:
+        """One kubelet's heartbeat, its own connection: the next renewal is 10 s (+0-4 %) after the
+        last one ended, as the kubelet's ``wait.JitterUntil(c.sync, c.renewInterval, 0.04, true, ...)``
+        (pkg/kubelet/nodelease/controller.go, sliding) -- a slow answer delays this node's next
+        renewal, no other node's."""
+        http = HttpClient(url, timeout_s=RENEW_S, max_body=1 << 20, tls=TlsFiles(ca_file=ca_file))
+        cache: dict[str, Any] = {}
+        while not halt.wait(max(0.0, due - time.monotonic())):
+            _renew(http, node, tokens[node], cache, due, attempts[node])
+            due = time.monotonic() + RENEW_S * (1 + JITTER * jitter.random())
+        http.close()
+    threading.stack_size(STACK_BYTES)
+    threads = [threading.Thread(target=run, args=(n, start + rng.uniform(0, RENEW_S), random.Random(rng.random())),
+                                daemon=True, name=f"lease-{n}") for n in sorted(tokens)]
+    for t in threads:
+        t.start()
+    return threads, attempts
+
+
 def _worker(url: str, ca_file: str, tokens: dict[str, str], ready: Any, stop: Any, results: Any) -> None:
     exit_with_parent()
     # A kubelet has a node of its own: the renewals must measure the server's answer, not the
     # scheduling delay of the bench's client core that hundreds of agents saturate (so the fake
     # control plane: fleet_cluster.ControlPlaneProcess). Set before the threads start: they inherit it.
     os.nice(-10)
-    nodes = sorted(tokens)
-    rng = random.Random(7)
-    start = time.monotonic()
-    due = {n: start + rng.uniform(0, RENEW_S) for n in nodes}
-    attempts: list[list[Attempt]] = [[] for _ in range(THREADS)]
     halt = threading.Event()
-
-    def run(i: int) -> None:
-        mine = nodes[i::THREADS]
-        http = HttpClient(url, timeout_s=RENEW_S, max_body=1 << 20, tls=TlsFiles(ca_file=ca_file))
-        cache: dict[str, Any] = {}
-        while not halt.is_set():
-            if not mine:
-                return
-            node = min(mine, key=due.__getitem__)
-            wait = due[node] - time.monotonic()
-            if wait > 0 and halt.wait(wait):
-                break
-            _renew(http, node, tokens[node], cache, due[node], attempts[i])
-            due[node] += RENEW_S
-        http.close()
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(THREADS)]
-    for t in threads:
-        t.start()
+    threads, attempts = start_renewers(url, ca_file, tokens, halt)
     ready.release()
     stop.wait()
     halt.set()
     for t in threads:
         t.join(RENEW_S + 5)
-    results.put([(a.node, a.sent_at, a.latency_s, a.status, a.late_s) for lst in attempts for a in lst])
+    results.put([(a.node, a.sent_at, a.latency_s, a.status, a.late_s) for lst in attempts.values() for a in lst])
 
 
 class LeaseRenewers:
