@@ -46,6 +46,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.proven import why_not
@@ -170,14 +171,21 @@ def _make_zygote(supervisord: Any, packages: str, preload: str) -> Zygote:
     original = getattr(execve, "zygote_original", execve)
 
     def zygote_execve(filename: str, argv: list[str], env: dict[str, str]) -> Any:
+        receiver = getattr(options, "signal_receiver", None)
         entry = entry_point(filename, own)
         if entry is not None and not _changed(preloaded):
-            _run_in_child(entry, filename, argv, env, getattr(options, "signal_receiver", None))   # never returns
+            _run_in_child(entry, filename, argv, env, receiver)   # never returns
+        # Exec'd: the stop signals the fork held (born_holding_stops) are let in first, under their
+        # defaults -- one sent meanwhile ends this child before the exec, as it was meant to.
+        take_stops(receiver)
         return original(filename, argv, env)
 
     # A mark on the function itself, so installing twice wraps supervisor's execve, not ours.
     zygote_execve.zygote_original = original  # type: ignore[attr-defined]  # functions take attributes
     options.execve = zygote_execve
+    fork = getattr(options, "fork", None)
+    if callable(fork):
+        options.fork = born_holding_stops(getattr(fork, "zygote_original", fork))
     # Objects that exist now live as long as supervisord: keep the collector off them, so
     # neither supervisord's nor a worker's collections write to (and so un-share) their pages.
     gc.freeze()
@@ -280,23 +288,57 @@ def caught_for_supervisord(receiver: Any) -> list[int]:
     return [s for s in list(getattr(receiver, "_signals_recvd", None) or []) if s in _STOPS]
 
 
+def born_holding_stops(fork: Callable[[], int]) -> Callable[[], int]:
+    """supervisord's ``options.fork``, with the child born holding the stop signals.
+
+    Why: a signal that reaches a forked child before CPython's own after-fork code has run in it
+    trips supervisord's handler (the child's copy) and is then wiped: ``PyOS_AfterFork_Child``
+    clears every tripped signal (Modules/signalmodule.c ``_PySignal_AfterFork``, issue9535). On a
+    loaded machine a child can wait that long to run at all, and a unit stop's SIGTERM, sent to
+    every process of the unit at once, was lost so: the worker started as if nothing had been
+    said and was SIGKILLed when the stop timed out (tests/chaos/test_unit_restarts.py; a stress
+    of crash stops just after a spawn, docs/footprint.md). Held from before the fork, a stop
+    signal stays pending in the kernel until the child lets it in under its own disposition
+    (``take_stops``: the zygote's worker, or the exec). The parent lets them in at once.
+    """
+    def fork_holding_stops() -> int:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        pid = -1
+        try:
+            pid = fork()
+        finally:
+            if pid != 0:   # supervisord (or a failed fork): as it was
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        return pid
+
+    fork_holding_stops.zygote_original = fork  # type: ignore[attr-defined]  # functions take attributes
+    return fork_holding_stops
+
+
+def take_stops(receiver: Any = None) -> None:
+    """In supervisord's child: the stop signals back to their defaults, then let in (``born_holding_stops``).
+
+    A SIGTERM that came before the reset went to supervisord's handler and would be lost: the
+    worker would run on, and a unit stop would wait out its timeout (tests/chaos, unit restarts).
+    So: hold stop signals (held already when the fork did), reset, raise again what supervisord's
+    handler took, let them in. (One meant for supervisord itself, pending when it forked, stops a
+    worker it is about to stop.)"""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    for sig in _RESET:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for caught in caught_for_supervisord(receiver):
+        os.kill(os.getpid(), caught)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+
+
 def _run_in_child(entry: tuple[str, str], filename: str, argv: list[str], env: dict[str, str],
                   receiver: Any = None) -> None:
     """Become the worker: this runs in the child supervisord forked and never returns into supervisord."""
     code: Any = 1
     try:
-        # A SIGTERM that came before the reset went to supervisord's handler and would be lost: the
-        # worker would run on, and a unit stop would wait out its timeout (tests/chaos, unit restarts).
-        # So: hold stop signals, reset, raise again what supervisord's handler took, let them in.
-        # (One meant for supervisord itself, pending when it forked, stops a worker it is about to stop.)
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
         gc.freeze()   # inherited objects: never collected here (they are supervisord's) nor touched
-        for sig in _RESET:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for caught in caught_for_supervisord(receiver):
-            os.kill(os.getpid(), caught)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+        take_stops(receiver)
         os.environ.clear()
         os.environ.update(env)
         sys.argv = [filename, *argv[1:]]   # as the interpreter sets it for a script

@@ -14,10 +14,11 @@ import signal
 import subprocess
 import sys
 import xmlrpc.client
+from typing import Any
 
 import pytest
 
-from supervisord_plugins.zygote import OWN_PACKAGES, entry_point
+from supervisord_plugins.zygote import OWN_PACKAGES, born_holding_stops, entry_point, take_stops
 from tests.support.agent_rig import supervisord_command, waking
 from tests.support.procutil import pid_alive, stop_pid
 from tests.support.wait import wait_for
@@ -382,3 +383,74 @@ def test_python_and_python3_of_one_venv_are_the_same_interpreter(tmp_path):
     write_script(script, str(venv / "python3"), "spool.__main__")
     assert entry_point(script, OWN_PACKAGES, python=str(venv / "python")) == ("spool.__main__", "main")
     assert entry_point(script, OWN_PACKAGES, python=str(other / "python")) is None
+
+
+def _fork_with_a_stop_before_the_reset(fork: Any) -> tuple[int, str]:
+    """Fork through ``fork``; in the child, a SIGTERM lands before the zygote's reset while a Python
+    handler stands in for supervisord's. Returns the child's status and what it saw."""
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda sig, frame: seen.append(sig))
+    r, w = os.pipe()
+    try:
+        pid = fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):   # bytecode boundaries: a deliverable signal's handler runs here
+                    pass
+                pending = signal.SIGTERM in signal.sigpending()
+                os.write(w, f"handler={seen} pending={pending}".encode())
+                take_stops(_Receiver(*seen))   # the zygote's reset, as _run_in_child makes it
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            said = f.read()
+        return os.waitpid(pid, 0)[1], said
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_child_is_born_holding_the_stop_signals_so_none_can_be_lost_before_the_reset():
+    """CPython wipes the signals a forked child took before its after-fork code ran
+    (``_PySignal_AfterFork``): held from before the fork, a stop signal stays in the kernel, pending,
+    and reaches the worker under the default disposition -- the worker ends, as the stop asked."""
+    fork = born_holding_stops(os.fork)
+    status, said = _fork_with_a_stop_before_the_reset(fork)
+    assert said == "handler=[] pending=True"                # no Python handler took it: nothing to wipe
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    # supervisord itself holds nothing once the fork is done.
+    assert not set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT}
+    # Plain os.fork: the child's copy of the handler takes it at once -- the window CPython may wipe.
+    status, said = _fork_with_a_stop_before_the_reset(os.fork)
+    assert said == "handler=[15] pending=False"
+
+
+def test_a_failed_fork_gives_supervisord_its_signals_back():
+    def failing() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    with pytest.raises(OSError):
+        born_holding_stops(failing)()
+    assert not set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT}
+
+
+def test_the_zygote_wraps_supervisords_fork_once_across_reloads():
+    from supervisord_plugins.zygote import _make_zygote
+
+    class Options:
+        def fork(self) -> int:
+            raise AssertionError("not called here")
+
+        def execve(self, filename: str, argv: list[str], env: dict[str, str]) -> None:
+            raise AssertionError("not called here")
+
+    class Supervisord:
+        options = Options()
+
+    sup = Supervisord()
+    original = sup.options.fork
+    assert not _make_zygote(sup, "", "").error
+    assert not _make_zygote(sup, "", "").error   # `supervisorctl reload` runs the factory again
+    assert sup.options.fork.zygote_original == original
