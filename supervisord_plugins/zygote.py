@@ -296,8 +296,8 @@ def born_holding_stops(fork: Callable[[], int]) -> Callable[[], int]:
     clears every tripped signal (Modules/signalmodule.c ``_PySignal_AfterFork``, issue9535). On a
     loaded machine a child can wait that long to run at all, and a unit stop's SIGTERM, sent to
     every process of the unit at once, was lost so: the worker started as if nothing had been
-    said and was SIGKILLed when the stop timed out (tests/chaos/test_unit_restarts.py; a stress
-    of crash stops just after a spawn, docs/footprint.md). Held from before the fork, a stop
+    said and was SIGKILLed when the stop timed out (tests/chaos/test_unit_restarts.py;
+    ``python -m bench.unit_stops`` counts it, docs/footprint.md). Held from before the fork, a stop
     signal stays pending in the kernel until the child lets it in under its own disposition
     (``take_stops``: the zygote's worker, or the exec). The parent lets them in at once.
     """
