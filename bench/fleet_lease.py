@@ -41,7 +41,7 @@ RENEW_S = 10.0
 JITTER = 0.04
 LEASE_S = 40
 RETRIES = 5
-STACK_BYTES = 256 << 10   # a renewer needs little stack; 1,000 of them at the default 8 MiB is 8 GiB of address space
+STACK_BYTES = 512 << 10   # a renewer needs little stack; 1,000 of them at the default 8 MiB is 8 GiB of address space
 PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
@@ -115,11 +115,17 @@ def start_renewers(url: str, ca_file: str, tokens: dict[str, str], halt: threadi
             _renew(http, node, tokens[node], cache, due, attempts[node])
             due = time.monotonic() + RENEW_S * (1 + JITTER * jitter.random())
         http.close()
-    threading.stack_size(STACK_BYTES)
     threads = [threading.Thread(target=run, args=(n, start + rng.uniform(0, RENEW_S), random.Random(rng.random())),
                                 daemon=True, name=f"lease-{n}") for n in sorted(tokens)]
-    for t in threads:
-        t.start()
+    # The stack size is the process's, for every thread started after it is set: only these get the
+    # small one. (Left set, it reached a later thread of the test process parsing JSON nested
+    # 60,000 deep, and CPython 3.13 overflowed that stack: a segfault, not a RecursionError.)
+    before = threading.stack_size(STACK_BYTES)
+    try:
+        for t in threads:
+            t.start()
+    finally:
+        threading.stack_size(before)
     return threads, attempts
 
 

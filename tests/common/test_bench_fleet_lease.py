@@ -108,3 +108,14 @@ def test_the_next_renewal_is_a_period_after_the_last_one_ended(lease_api: str,
     # 0.3 s (+ the kubelet's 0-4 % jitter) after the last one ended: never sooner, so never a burst
     # to catch up after a slow answer; and not much later (a loaded machine's scheduling aside).
     assert all(0.3 <= g < 1.0 for g in gaps), gaps
+
+
+def test_the_renewers_small_stacks_are_theirs_alone(lease_api: str) -> None:
+    """threading.stack_size is the process's: left set, every later thread would get the renewers'
+    512 KiB (a thread parsing deeply nested JSON then overflows it on 3.13: a segfault)."""
+    before = threading.stack_size()
+    halt = threading.Event()
+    threads, _ = start_renewers(lease_api, "", {"node-01": "t"}, halt)
+    halt.set()
+    threads[0].join(5)
+    assert threading.stack_size() == before
