@@ -12,8 +12,8 @@ the agents drain.
 
 ``LeaseRenewers`` runs the renewals of a set of nodes in a spawned process of its own at nice -10
 (the kubelets are on their nodes, not in the agents' interpreter or behind their CPU): a thread
-and a connection per node, as every kubelet has its own, each node due every 10 s from its own
-random phase. It records every attempt: when it was sent (wall clock, to place it in the drain
+and a connection per node, as every kubelet has its own, each node first due at its own random
+phase, then 10 s (+0-4 %) after its last renewal ended. It records every attempt: when it was sent (wall clock, to place it in the drain
 window), its latency and status, and how late it went out. Until round 12, 48 threads shared the
 nodes, and at 1,000 nodes a slow answer held up the ~20 renewals queued behind it in its thread (the
 p99 lateness reached 47 s, and a renewal that late is a node NotReady for the bench's own reason);

@@ -20,6 +20,7 @@ SIGKILL and their share. Exits non-zero only when the agent could not be run.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import random
@@ -32,6 +33,7 @@ import ujson
 
 from tests.chaos.inject import remove_runtime_dirs, systemd_stop
 from tests.support.stack import Stack
+from tests.support.wait import wait_for
 
 SPAWNED = "spawned: 'watcher'"
 # Imported by site at supervisord's start, before the zygote's factory runs: the fork is left as it is.
@@ -47,18 +49,10 @@ def _busy(stop: Any) -> None:
             pass
 
 
-def _wait_for_spawn(log: str, offset: int, timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with open(log) as f:
-                f.seek(offset)
-                if SPAWNED in f.read():
-                    return True
-        except FileNotFoundError:
-            pass
-        time.sleep(0.002)
-    return False
+def _spawned_since(log: str, offset: int) -> bool:
+    with open(log) as f:
+        f.seek(offset)
+        return SPAWNED in f.read()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.stops):
                     offset = os.path.getsize(log) if os.path.exists(log) else 0
                     rig.start(wait=False)
-                    if not _wait_for_spawn(log, offset):
+                    try:
+                        wait_for(functools.partial(_spawned_since, log, offset), 20, "the watcher's spawn", interval=0.002,
+                                 retry_on=(FileNotFoundError,))
+                    except TimeoutError:
                         tally["spawns_not_seen"] += 1
                     time.sleep(rng.uniform(0.0, args.max_delay))
                     stopped = systemd_stop(rig, crash=True)
