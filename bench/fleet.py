@@ -15,7 +15,10 @@ node's kubelet Lease renewed every 10 s as its node identity (bench/fleet_lease.
   server gets the same CPU in every scenario, and the drainers' cost cannot steal from it.
 - **Capacity**: first, the ideal drainer (bench/fleet_ideal.py: no client rate limit, exact PDB
   pacing from the watched status) drains ``--probe-nodes`` nodes; its evictions/s is the server's
-  capacity on this machine, the limit the agents are held to.
+  capacity on this machine, the limit the agents are held to, and sizes the scenarios. The same
+  probe runs again after the last scenario ("ideal probe (end)"): the server's capacity is not a
+  constant over a run (four runs of round 11 and 12 measured 113.9 to 164.6 at the start), so
+  every goodput is also given against both probes (``goodput_over_capacity_range``).
 - **Scenarios** by overload factor (bench/fleet_plan.py): for each deadline (30 s, 120 s) and
   factor (1, 2, 4), as many nodes as make ``nodes x 30 / deadline = factor x capacity``; every
   notice in the same second; every node drained by the agent's own ``DrainRunner`` under its node
@@ -43,7 +46,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +59,8 @@ from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, mean
 from bench.fleet_ideal import IdealDrainer
 from bench.fleet_lease import RENEW_S, LeaseRenewers, summary
 from bench.fleet_peers import CentralDrainer, kubectl_drains
-from bench.fleet_plan import PODS_PER_NODE, Scenario, exit_status, headline, overload, plan
+from bench.fleet_plan import PODS_PER_NODE, PROBE, Scenario, after_probe, exit_status, headline, overload, plan
+from bench.fleet_plan import probe as probe_scenario
 from bench.fleet_report import CpuMeter, line, percentile
 from common.http import TlsFiles, tls_context
 from tests.emulators.kube_fixture import kubectl as run_kubectl
@@ -371,6 +376,39 @@ def clean(fleet: Fleet, cache: PodCache, n: int) -> None:
     fleet.reset_nodes(n)
 
 
+Serving = tuple[Fleet, PodCache, ControlPlaneProcess, CpuMeter, LoadMeter]
+
+
+@contextmanager
+def serving(pool: int, server_cpus: str | None) -> Iterator[Serving]:
+    """The cluster a run drains: kube-apiserver and etcd (pinned to ``server_cpus``; None: not
+    pinned) with ``pool`` nodes, the observer's pod informer and the fake control plane, and the
+    meters of a scenario's CPU and load. The caller has pinned itself to the other cores."""
+    binary = cached_binary()
+    if not binary.exists():
+        raise SystemExit(f"{binary} missing: run tests/rigs/kube_real/build.sh first")
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        base = Path(tmp)
+        with RealApiServer(base / "real", binary, node_names=tuple(node_name(i) for i in range(pool))) as server:
+            if server_cpus is not None:
+                pin(server, server_cpus)
+            fleet = Fleet(server, base)
+            fleet.setup()
+            cache = PodCache()
+            informer = PodInformer(server, cache).start()
+            try:
+                with ControlPlaneProcess(server) as plane:
+                    meter = CpuMeter({**{x: server.pids[x] for x in ("kube-apiserver", "etcd")},
+                                      "control_plane": plane.pid}, informer.thread)
+                    cores = cpu_list(server_cpus) if server_cpus is not None else set(range(psutil.cpu_count() or 1))
+                    load = LoadMeter(cores, [server.pids["kube-apiserver"], server.pids["etcd"]])
+                    yield fleet, cache, plane, meter, load
+            finally:
+                informer.stop()
+            if plane.errors:
+                print(f"fake control plane: {plane.errors} unexpected answers", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet")
     parser.add_argument("--quick", action="store_true", default=os.environ.get("FLEET_QUICK") == "1",
@@ -397,56 +435,37 @@ def main(argv: list[str] | None = None) -> int:
     probe = args.probe_nodes or (20 if args.quick else 100)
     if not args.no_pin:   # before any thread or child: all of them inherit it
         os.sched_setaffinity(0, cpu_list(args.other_cpus))
-    binary = cached_binary()
-    if not binary.exists():
-        raise SystemExit(f"{binary} missing: run tests/rigs/kube_real/build.sh first")
-    pool = max(args.max_nodes, probe)
     rows: list[dict[str, Any]] = []
     asked: list[Scenario] = []
     capacity = args.capacity
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        base = Path(tmp)
-        with RealApiServer(base / "real", binary, node_names=tuple(node_name(i) for i in range(pool))) as server:
-            if not args.no_pin:
-                pin(server, args.server_cpus)
-            fleet = Fleet(server, base)
-            fleet.setup()
-            cache = PodCache()
-            informer = PodInformer(server, cache).start()
-            with ControlPlaneProcess(server) as plane:
-                meter = CpuMeter({**{x: server.pids[x] for x in ("kube-apiserver", "etcd")},
-                                  "control_plane": plane.pid}, informer.thread)
-                load = LoadMeter(cpu_list(args.server_cpus) if not args.no_pin else set(range(psutil.cpu_count() or 1)),
-                                 [server.pids["kube-apiserver"], server.pids["etcd"]])
-                todo: list[Scenario] = []
-                if capacity is None:
-                    todo.append(Scenario("ideal probe", "ideal", probe, 30.0, 0.0, 600.0))
-                planned = False
-                while todo or not planned:
-                    if not todo:   # the probe is done (or skipped): the scenarios, sized by it
-                        planned = True
-                        if capacity:
-                            asked.extend(plan(capacity, deadlines, factors, peers, args.max_nodes, peer_cap_factor=2.0))
-                            todo = [s for s in asked if s.drainer != "ideal"]
-                        continue
-                    sc = todo.pop(0)
-                    if sc.drainer == "ideal":
-                        asked.append(sc)
-                    try:
-                        row = run_scenario(fleet, cache, plane, meter, load, sc, capacity, args.agent_processes,
-                                           args.ideal_per_pdb or None)
-                    except Exception as e:  # noqa: BLE001 -- whatever broke a scenario, the run goes on and the exit status says it
-                        row = {"label": sc.label, "drainer": sc.drainer, "nodes": sc.nodes,
-                               "error": f"{type(e).__name__}: {e}"[:500]}
-                        print(f"{sc.label}: {row['error']}", file=sys.stderr, flush=True)
-                    rows.append(row)
-                    if sc.drainer == "ideal" and not row.get("error"):
-                        capacity = row["evictions_per_s"] if row["completed"] else None
-                    if not row.get("error"):
-                        print(line(row), flush=True)
-            informer.stop()
-            if plane.errors:
-                print(f"fake control plane: {plane.errors} unexpected answers", file=sys.stderr)
+    with serving(max(args.max_nodes, probe), None if args.no_pin else args.server_cpus) as (fleet, cache, plane, meter, load):
+        todo: list[Scenario] = []
+        if capacity is None:
+            todo.append(probe_scenario(probe))
+        planned = False
+        while todo or not planned:
+            if not todo:   # the probe is done (or skipped): the scenarios, sized by it
+                planned = True
+                if capacity:
+                    scenarios = plan(capacity, deadlines, factors, peers, args.max_nodes, peer_cap_factor=2.0)
+                    todo = after_probe(scenarios, probe, probed=args.capacity is None)
+                    asked.extend(todo)
+                continue
+            sc = todo.pop(0)
+            if sc.label == PROBE:
+                asked.append(sc)
+            try:
+                row = run_scenario(fleet, cache, plane, meter, load, sc, capacity, args.agent_processes,
+                                   args.ideal_per_pdb or None)
+            except Exception as e:  # noqa: BLE001 -- whatever broke a scenario, the run goes on and the exit status says it
+                row = {"label": sc.label, "drainer": sc.drainer, "nodes": sc.nodes,
+                       "error": f"{type(e).__name__}: {e}"[:500]}
+                print(f"{sc.label}: {row['error']}", file=sys.stderr, flush=True)
+            rows.append(row)
+            if sc.label == PROBE and not row.get("error"):
+                capacity = row["evictions_per_s"] if row["completed"] else None
+            if not row.get("error"):
+                print(line(row), flush=True)
     print(json.dumps({"bench": "fleet", "pods_per_node": PODS, "deadlines_s": deadlines, "factors": factors,
                       "pinned": None if args.no_pin else {"server": args.server_cpus, "others": args.other_cpus},
                       **headline(rows, capacity), "results": rows}))

@@ -5,7 +5,9 @@
   evictions/s, measured first in the same run): ``factor = nodes * pods / deadline / capacity``.
 - ``plan``: the scenarios of a run -- the agents at every (deadline, factor), the peers next to
   the agents' smallest scenario (the same nodes count and deadline, so their times compare).
-- ``headline``: the figures the issue asks for, one key each, from the scenarios' rows; and,
+- ``headline``: the figures the issue asks for, one key each, from the scenarios' rows; each
+  goodput also against both capacity probes (before the scenarios and after them: the server's
+  capacity moves over a run, and a ratio over one probe hides it); and,
   because a shared machine's other load changes what the server gets of its core from one
   scenario to the next, the agents' server CPU per pod over the ideal drainer's, which it does not.
 - ``exit_status``: non-zero only when the run could not do what it was asked (a scenario did
@@ -19,6 +21,7 @@ from typing import Any
 
 PODS_PER_NODE = 30
 PEERS = ("central", "central50", "kubectl")
+PROBE, PROBE_END = "ideal probe", "ideal probe (end)"   # the ideal drainer before the scenarios and after
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,18 @@ def plan(capacity_eps: float, deadlines: list[float], factors: list[float], peer
                 raise ValueError(f"unknown peer {p!r} (known: {', '.join(PEERS)})")
             out.append(Scenario(label(p, d, f), p, n, d, f, peer_cap_factor * d))
     return out
+
+
+def probe(nodes: int, end: bool = False) -> Scenario:
+    """The ideal drainer on ``nodes`` nodes: the capacity probe before the scenarios, or after them."""
+    return Scenario(PROBE_END if end else PROBE, "ideal", nodes, 30.0, 0.0, 600.0)
+
+
+def after_probe(scenarios: list[Scenario], probe_nodes: int, probed: bool) -> list[Scenario]:
+    """What runs once the capacity is known: the planned scenarios, then -- when the run probed
+    the capacity itself rather than being given it -- the same probe again, to see how far the
+    server's capacity moved while the scenarios ran."""
+    return [s for s in scenarios if s.drainer != "ideal"] + ([probe(probe_nodes, end=True)] if probed else [])
 
 
 def goodput(row: dict[str, Any]) -> float | None:
@@ -125,7 +140,17 @@ def headline(rows: list[dict[str, Any]], capacity_eps: float | None) -> dict[str
         "time_to_drain_all_peer_over_agents": {},
         "failed": [r["label"] for r in rows if r.get("error")],
     }
-    ideal = next((r for r in ok if r["drainer"] == "ideal"), None)
+    probes = {r["label"]: r["evictions_per_s"] for r in ok
+              if r["drainer"] == "ideal" and r.get("completed") and r.get("evictions_per_s")}
+    out["capacity_probes_evictions_per_s"] = probes
+    out["goodput_over_capacity_range"] = {}
+    if len(probes) > 1:   # each goodput against the best and the worst the server did in this run
+        for r in agents:
+            g = goodput(r)
+            if g is not None:
+                out["goodput_over_capacity_range"][r["label"]] = [round(g / max(probes.values()), 3),
+                                                                  round(g / min(probes.values()), 3)]
+    ideal = next((r for r in ok if r["label"] == PROBE), None)
     ideal_eff = pods_per_server_cpu_s(ideal) if ideal is not None else None
     out["server_cpu_per_pod_over_ideal"] = {}
     for r in agents:

@@ -9,7 +9,18 @@ import pytest
 
 from bench.fleet_ideal import IdealPacer
 from bench.fleet_lease import Attempt, summary
-from bench.fleet_plan import Scenario, exit_status, goodput, headline, nodes_for, overload, plan
+from bench.fleet_plan import (
+    PROBE,
+    PROBE_END,
+    Scenario,
+    after_probe,
+    exit_status,
+    goodput,
+    headline,
+    nodes_for,
+    overload,
+    plan,
+)
 
 
 def test_a_scenario_has_as_many_nodes_as_its_overload_factor_asks_of_the_capacity():
@@ -79,6 +90,31 @@ def test_the_headline_holds_every_key_of_the_issue_and_the_peers_as_ratios_of_ti
     # 600 pods for 12 CPU s against the ideal's 1,200: twice the server's CPU per pod.
     assert h["server_cpu_per_pod_over_ideal"] == {"agents 30s x1": 2.0, "agents 30s x2": None}
     assert h["notice_to_cordon_p99_ms"] == {"agents 30s x1": 30.0, "agents 30s x2": 30.0}
+
+
+def test_a_run_that_probed_the_capacity_probes_it_again_after_the_last_scenario():
+    scenarios = plan(50.0, [30.0], [1.0, 2.0], ["central"])
+    after = after_probe(scenarios, 100, probed=True)
+    assert [s.label for s in after] == [s.label for s in scenarios] + [PROBE_END]
+    assert (after[-1].drainer, after[-1].nodes) == ("ideal", 100)
+    assert after_probe(scenarios, 100, probed=False) == scenarios     # --capacity given: nothing to compare
+
+
+def test_each_goodput_is_also_read_against_both_capacity_probes():
+    rows = [_row(PROBE, "ideal", 40, evictions_per_s=40.0),
+            _row("agents 30s x1", "agents", 20, time_to_drain_all_s=25.0),
+            _row("agents 30s x2", "agents", 40, time_to_drain_all_s=None, pods_out_by_deadline=900),
+            _row(PROBE_END, "ideal", 40, evictions_per_s=30.0)]
+    h = headline(rows, capacity_eps=40.0)
+    assert h["capacity_probes_evictions_per_s"] == {PROBE: 40.0, PROBE_END: 30.0}
+    # 24 and 30 evictions/s: over the start probe (the scenarios' sizing) and over [best, worst].
+    assert h["goodput_over_capacity"] == {"agents 30s x1": 0.6, "agents 30s x2": 0.75}
+    assert h["goodput_over_capacity_range"] == {"agents 30s x1": [0.6, 0.8], "agents 30s x2": [0.75, 1.0]}
+    assert "ideal probe (end)" not in h["share_on_time"]
+    one = headline(rows[:3], capacity_eps=40.0)       # one probe: no range to give
+    assert one["goodput_over_capacity_range"] == {} and one["capacity_probes_evictions_per_s"] == {PROBE: 40.0}
+    failed = headline(rows[:3] + [_row(PROBE_END, "ideal", 40, evictions_per_s=10.0, completed=False)], 40.0)
+    assert failed["goodput_over_capacity_range"] == {}               # a probe that did not drain all is no capacity
 
 
 def test_the_exit_status_is_non_zero_only_when_a_scenario_could_not_run_to_its_end():
