@@ -211,7 +211,11 @@ class LoadMeter:
     def sample(self) -> dict[str, float]:
         busy = self._busy()[0]
         own = sum(sum(psutil.Process(p).cpu_times()[:2]) for p in self._pids)
-        return {"t": time.monotonic(), "server_cores_busy": busy, "server_own": own, "load1": os.getloadavg()[0]}
+        # steal: time the hypervisor ran someone else on the server's cores while they had work
+        # (a slower host shows up as more CPU per request, not here; this is the part it admits).
+        steal = sum(getattr(t, "steal", 0.0) for c, t in enumerate(psutil.cpu_times(percpu=True)) if c in self._cores)
+        return {"t": time.monotonic(), "server_cores_busy": busy, "server_own": own, "load1": os.getloadavg()[0],
+                "server_steal": steal}
 
     def window(self, seconds: float) -> Callable[[], dict[str, float | None]]:
         """Each core group's busy share over the next ``seconds`` (the deadline's window, where the
@@ -239,7 +243,8 @@ class LoadMeter:
         own = after["server_own"] - before["server_own"]
         return {"wall_s": round(wall, 1), "loadavg_1m_start": round(before["load1"], 2),
                 "loadavg_1m_end": round(after["load1"], 2), "server_core_busy_s": round(busy, 1),
-                "server_core_others_s": round(max(0.0, busy - own), 1)}
+                "server_core_others_s": round(max(0.0, busy - own), 1),
+                "server_core_steal_s": round(after.get("server_steal", 0.0) - before.get("server_steal", 0.0), 1)}
 
 
 def run_scenario(fleet: Fleet, cache: PodCache, plane: ControlPlaneProcess, meter: CpuMeter,

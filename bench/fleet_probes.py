@@ -16,7 +16,9 @@ server has idled? The default sequence is ``p,p,p,a,p,p,p,w120,p,p``:
 After each step it prints the size of the server's data directory (etcd's database and WAL) and
 kube-apiserver's resident memory, which grow with every pod created and deleted. The last line
 is one JSON object: every probe's evictions/s in order, the first one, the spread (highest over
-lowest), and each probe over the first. The exit status is non-zero only when a step could not run.
+lowest), each probe over the first, and each probe's server CPU per pod (kube-apiserver and etcd)
+and the hypervisor's steal on the server's core -- a probe is slower either because its core
+was taken or because the same work cost the server more. The exit status is non-zero only when a step could not run.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from typing import Any
 import psutil
 
 from bench.fleet import cpu_list, run_scenario, serving
-from bench.fleet_plan import Scenario, label, nodes_for, probe
+from bench.fleet_plan import Scenario, label, nodes_for, pods_per_server_cpu_s, probe
 from bench.fleet_report import line
 
 DEFAULT_SEQUENCE = "p,p,p,a,p,p,p,w120,p,p"
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = parse_sequence(args.sequence)
     os.sched_setaffinity(0, cpu_list(args.other_cpus))
     probes: list[float] = []
+    server_ms_per_pod: list[float | None] = []   # kube-apiserver + etcd CPU per pod, each probe
+    steal_s: list[float | None] = []             # the hypervisor's steal on the server's core, each probe
     failed: list[str] = []
     pool = max([args.probe_nodes] + [nodes_for(s.value, 30.0, 200.0) for s in steps if s.what == "agents"])
     with serving(pool, args.server_cpus) as (fleet, cache, plane, meter, load):
@@ -124,12 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(f"{sc.label}: did not drain all")
                     continue
                 probes.append(row["evictions_per_s"])
+                per_s = pods_per_server_cpu_s(row)
+                server_ms_per_pod.append(round(1000 / per_s, 2) if per_s else None)
+                steal_s.append(row["load"].get("server_core_steal_s"))
                 capacity = capacity or row["evictions_per_s"]
             rss = psutil.Process(fleet.server.pids["kube-apiserver"]).memory_info().rss / 2**20
             print(f"{time.strftime('%H:%M:%S')} {line(row)}  server data {_du_mib(fleet.server.base_dir):g} MiB"
                   f"  kube-apiserver RSS {rss:.0f} MiB", flush=True)
     print(json.dumps({"bench": "fleet_probes", "sequence": args.sequence, "probe_nodes": args.probe_nodes,
-                      **summary(probes), "failed": failed}))
+                      **summary(probes), "server_cpu_ms_per_pod": server_ms_per_pod, "server_core_steal_s": steal_s,
+                      "failed": failed}))
     return 1 if failed or not probes else 0
 
 
