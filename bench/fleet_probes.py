@@ -16,9 +16,11 @@ server has idled? The default sequence is ``p,p,p,a,p,p,p,w120,p,p``:
 After each step it prints the size of the server's data directory (etcd's database and WAL) and
 kube-apiserver's resident memory, which grow with every pod created and deleted. The last line
 is one JSON object: every probe's evictions/s in order, the first one, the spread (highest over
-lowest), each probe over the first, and each probe's server CPU per pod (kube-apiserver and etcd)
-and the hypervisor's steal on the server's core -- a probe is slower either because its core
-was taken or because the same work cost the server more. The exit status is non-zero only when a step could not run.
+lowest), each probe over the first, and each probe's server CPU per pod (kube-apiserver and etcd),
+the hypervisor's steal on the server's core, and the CPU time of a fixed loop on that core just
+before the probe (``host_spin_ms``) -- a probe is slower because its core was taken (steal), or
+because the same work cost more: the host ran slower (the loop too), or the server's own state
+grew (the loop not). The exit status is non-zero only when a step could not run.
 """
 from __future__ import annotations
 
@@ -76,6 +78,26 @@ def summary(probes: list[float]) -> dict[str, Any]:
             "over_first": [round(p / probes[0], 3) for p in probes] if probes[0] > 0 else []}
 
 
+def host_spin_ms(cores: set[int], loops: int = 1_000_000) -> float:
+    """The thread CPU time of a fixed loop run on ``cores`` (the server's), median of 3, in ms: the
+    host's speed at that moment. A VM whose host runs slower (a busy neighbour, a lower clock)
+    takes more CPU time for the same work, the server's and this loop's alike, and admits none of
+    it as steal. CPU time and not wall time, so a server still busy on the core does not count.
+    The calling thread's affinity is put back."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        took = []
+        for _ in range(3):
+            t0, acc = time.thread_time(), 0
+            for i in range(loops):
+                acc += i * i
+            took.append(time.thread_time() - t0)
+    finally:
+        os.sched_setaffinity(0, before)
+    return round(1000 * sorted(took)[1], 1)
+
+
 def _du_mib(path: Path) -> float:
     total = 0
     for root, _, files in os.walk(path):
@@ -100,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     probes: list[float] = []
     server_ms_per_pod: list[float | None] = []   # kube-apiserver + etcd CPU per pod, each probe
     steal_s: list[float | None] = []             # the hypervisor's steal on the server's core, each probe
+    spin_ms: list[float] = []                    # host_spin_ms just before each probe
     failed: list[str] = []
     pool = max([args.probe_nodes] + [nodes_for(s.value, 30.0, 200.0) for s in steps if s.what == "agents"])
     with serving(pool, args.server_cpus) as (fleet, cache, plane, meter, load):
@@ -111,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if step.what == "probe":
                 sc = probe(args.probe_nodes)
+                spin_ms.append(host_spin_ms(cpu_list(args.server_cpus)))
             elif capacity is None:
                 failed.append(f"agents x{step.value:g}: no capacity (the first probe failed)")
                 continue
@@ -133,11 +157,12 @@ def main(argv: list[str] | None = None) -> int:
                 steal_s.append(row["load"].get("server_core_steal_s"))
                 capacity = capacity or row["evictions_per_s"]
             rss = psutil.Process(fleet.server.pids["kube-apiserver"]).memory_info().rss / 2**20
+            spin = f"  host spin {spin_ms[-1]:g} ms" if step.what == "probe" else ""
             print(f"{time.strftime('%H:%M:%S')} {line(row)}  server data {_du_mib(fleet.server.base_dir):g} MiB"
-                  f"  kube-apiserver RSS {rss:.0f} MiB", flush=True)
+                  f"  kube-apiserver RSS {rss:.0f} MiB{spin}", flush=True)
     print(json.dumps({"bench": "fleet_probes", "sequence": args.sequence, "probe_nodes": args.probe_nodes,
                       **summary(probes), "server_cpu_ms_per_pod": server_ms_per_pod, "server_core_steal_s": steal_s,
-                      "failed": failed}))
+                      "host_spin_ms": spin_ms, "failed": failed}))
     return 1 if failed or not probes else 0
 
 

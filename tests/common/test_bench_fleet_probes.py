@@ -1,9 +1,12 @@
-"""bench.fleet_probes' pure parts: the step sequence it runs and the summary of its probes."""
+"""bench.fleet_probes: the step sequence it runs, the summary of its probes, and the host spin that leaves the
+calling thread's affinity as it found it."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
-from bench.fleet_probes import DEFAULT_SEQUENCE, Step, parse_sequence, summary
+from bench.fleet_probes import DEFAULT_SEQUENCE, Step, host_spin_ms, parse_sequence, summary
 
 
 def test_the_sequence_names_probes_agents_at_a_factor_and_idle_waits():
@@ -26,3 +29,10 @@ def test_the_summary_gives_every_probe_the_spread_and_each_over_the_first():
     assert s["spread"] == round(160 / 120, 3)
     assert s["over_first"] == [1.0, 0.9, 0.75]
     assert summary([])["spread"] is None
+
+
+def test_the_host_spin_runs_on_the_server_cores_and_gives_the_thread_its_affinity_back():
+    mine = os.sched_getaffinity(0)
+    core = min(mine)
+    assert host_spin_ms({core}, loops=20_000) > 0
+    assert os.sched_getaffinity(0) == mine
