@@ -59,8 +59,7 @@ from bench.fleet_cluster import ControlPlaneProcess, PodCache, PodInformer, mean
 from bench.fleet_ideal import IdealDrainer
 from bench.fleet_lease import RENEW_S, LeaseRenewers, summary
 from bench.fleet_peers import CentralDrainer, kubectl_drains
-from bench.fleet_plan import PODS_PER_NODE, PROBE, Scenario, after_probe, exit_status, headline, overload, plan
-from bench.fleet_plan import probe as probe_scenario
+from bench.fleet_plan import PODS_PER_NODE, PROBE, Scenario, after_probe, exit_status, headline, overload, plan, probe
 from bench.fleet_report import CpuMeter, line, percentile
 from common.http import TlsFiles, tls_context
 from tests.emulators.kube_fixture import kubectl as run_kubectl
@@ -437,23 +436,23 @@ def main(argv: list[str] | None = None) -> int:
     factors = [float(x) for x in (args.factors or ("1,2" if args.quick else "1,2,4")).split(",")]
     peers_arg = args.peers if args.peers is not None else ("central50" if args.quick else "central,central50,kubectl")
     peers = [p for p in peers_arg.split(",") if p]
-    probe = args.probe_nodes or (20 if args.quick else 100)
+    probe_nodes = args.probe_nodes or (20 if args.quick else 100)
     if not args.no_pin:   # before any thread or child: all of them inherit it
         os.sched_setaffinity(0, cpu_list(args.other_cpus))
     rows: list[dict[str, Any]] = []
     asked: list[Scenario] = []
     capacity = args.capacity
-    with serving(max(args.max_nodes, probe), None if args.no_pin else args.server_cpus) as (fleet, cache, plane, meter, load):
+    with serving(max(args.max_nodes, probe_nodes), None if args.no_pin else args.server_cpus) as (fleet, cache, plane, meter, load):
         todo: list[Scenario] = []
         if capacity is None:
-            todo.append(probe_scenario(probe))
+            todo.append(probe(probe_nodes))
         planned = False
         while todo or not planned:
             if not todo:   # the probe is done (or skipped): the scenarios, sized by it
                 planned = True
                 if capacity:
                     scenarios = plan(capacity, deadlines, factors, peers, args.max_nodes, peer_cap_factor=2.0)
-                    todo = after_probe(scenarios, probe, probed=args.capacity is None)
+                    todo = after_probe(scenarios, probe_nodes, probed=args.capacity is None)
                     asked.extend(todo)
                 continue
             sc = todo.pop(0)

@@ -145,11 +145,11 @@ def headline(rows: list[dict[str, Any]], capacity_eps: float | None) -> dict[str
     out["capacity_probes_evictions_per_s"] = probes
     out["goodput_over_capacity_range"] = {}
     if len(probes) > 1:   # each goodput against the best and the worst the server did in this run
+        best, worst = max(probes.values()), min(probes.values())
         for r in agents:
             g = goodput(r)
             if g is not None:
-                out["goodput_over_capacity_range"][r["label"]] = [round(g / max(probes.values()), 3),
-                                                                  round(g / min(probes.values()), 3)]
+                out["goodput_over_capacity_range"][r["label"]] = [round(g / best, 3), round(g / worst, 3)]
     ideal = next((r for r in ok if r["label"] == PROBE), None)
     ideal_eff = pods_per_server_cpu_s(ideal) if ideal is not None else None
     out["server_cpu_per_pod_over_ideal"] = {}

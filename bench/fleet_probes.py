@@ -36,7 +36,7 @@ from typing import Any
 import psutil
 
 from bench.fleet import cpu_list, run_scenario, serving
-from bench.fleet_plan import Scenario, label, nodes_for, pods_per_server_cpu_s, probe
+from bench.fleet_plan import nodes_for, plan, pods_per_server_cpu_s, probe
 from bench.fleet_report import line
 
 DEFAULT_SEQUENCE = "p,p,p,a,p,p,p,w120,p,p"
@@ -139,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(f"agents x{step.value:g}: no capacity (the first probe failed)")
                 continue
             else:
-                n = min(pool, nodes_for(step.value, 30.0, capacity))
-                sc = Scenario(label("agents", 30.0, step.value), "agents", n, 30.0, step.value, 90.0)
+                sc = plan(capacity, [30.0], [step.value], [], max_nodes=pool)[0]   # as bench.fleet sizes it
             try:
                 row = run_scenario(fleet, cache, plane, meter, load, sc, capacity, args.agent_processes, 1)
             except Exception as e:  # noqa: BLE001 -- a step that broke is reported and the exit status says it
